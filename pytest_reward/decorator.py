@@ -83,7 +83,11 @@ class RewardSpec:
 
 
 def _is_list_of(annotation: Any, item: Callable[[Any], bool]) -> bool:
-    return get_origin(annotation) in (list, Sequence) and bool(get_args(annotation)) and item(get_args(annotation)[0])
+    return (
+        get_origin(annotation) in (list, Sequence)
+        and bool(get_args(annotation))
+        and item(get_args(annotation)[0])
+    )
 
 
 def _is_message_type(tp: Any) -> bool:
@@ -125,7 +129,9 @@ def analyse(
 ) -> RewardSpec:
     """Analyse ``func``'s signature once. Raises ``ValueError`` for the decoration-time errors."""
     if mode not in _MODES:
-        raise ValueError(f"Invalid mode {mode!r} for reward function '{func.__name__}': expected one of {_MODES}.")
+        raise ValueError(
+            f"Invalid mode {mode!r} for reward function '{func.__name__}': expected one of {_MODES}."
+        )
     sig = inspect.signature(func)
     params = list(sig.parameters.values())
     accepts_var_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
@@ -147,7 +153,9 @@ def analyse(
         parameters=names,
         accepts_var_kwargs=accepts_var_kwargs,
         messages_index=messages_index,
-        coerce_messages=mode == "pointwise" and "messages" in names and _is_message_list(hints.get("messages")),
+        coerce_messages=mode == "pointwise"
+        and "messages" in names
+        and _is_message_list(hints.get("messages")),
         coerce_ground_truth="ground_truth" in names and _is_message_list(hints.get("ground_truth")),
         coerce_rollouts=mode == "batch"
         and "rollouts_messages" in names
@@ -164,7 +172,9 @@ def analyse(
 
 def _to_messages(value: Any, name: str) -> list[Message]:
     if not isinstance(value, list):
-        raise ValueError(f"Input '{name}' failed Pydantic validation: Expected a list for '{name}', got {type(value)}")
+        raise ValueError(
+            f"Input '{name}' failed Pydantic validation: Expected a list for '{name}', got {type(value)}"
+        )
     out: list[Message] = []
     for i, item in enumerate(value):
         if isinstance(item, Message):
@@ -206,7 +216,9 @@ def _coerce_inputs(spec: RewardSpec, args: tuple[Any, ...], kwargs: dict[str, An
             try:
                 kwargs["ground_truth"] = _to_messages(gt, "ground_truth")
             except ValueError as exc:
-                raise ValueError(str(exc).replace("validation:", "validation for List[Message]:", 1)) from None
+                raise ValueError(
+                    str(exc).replace("validation:", "validation for List[Message]:", 1)
+                ) from None
     if spec.coerce_rollouts and "rollouts_messages" in kwargs:
         rollouts = kwargs["rollouts_messages"]
         if not isinstance(rollouts, list):

@@ -194,9 +194,7 @@ class RewardOutput:
         ``MetricResult``. A missing metric reason becomes ""."""
         return EvaluateResult(
             score=self.score,
-            metrics={
-                k: MetricResult(score=m.score, reason=m.reason or "") for k, m in self.metrics.items()
-            },
+            metrics={k: MetricResult(score=m.score, reason=m.reason or "") for k, m in self.metrics.items()},
         )
 
 

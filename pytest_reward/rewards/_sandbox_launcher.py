@@ -1,0 +1,329 @@
+"""Sandbox launcher: runs as ``python -I -S -B _sandbox_launcher.py CONFIG_JSON`` and then becomes the program.
+
+Stdlib only, imported by nothing: ``sandbox.py`` starts it in a new session with a minimal environment. In order:
+
+1. new namespaces: network (nothing but a down loopback), PID (the program is PID 1 of its own namespace, so
+   every process it starts dies with it), mount (a fresh ``/proc`` that shows only the sandbox), IPC and UTS.
+   As root directly; otherwise inside a new user namespace. Each is best effort and reported;
+2. fork: this process stays outside and waits; the child is the sandbox's init (PID 1 of the new namespace);
+3. in the init: rlimits (CPU, address space, file size, open files, core dumps), then, when started as root,
+   a switch to an unprivileged uid/gid of its own (so ``RLIMIT_NPROC`` applies and nothing root-owned is
+   writable), ``PR_SET_NO_NEW_PRIVS``, ``PR_SET_PDEATHSIG`` and a Landlock ruleset that allows writes only below
+   the working directory (and to ``/dev/null``), denies TCP bind/connect and, where the kernel supports it,
+   signals and abstract unix sockets outside the sandbox;
+4. the init forks the program (so the program is an ordinary process, not a namespace init that ignores
+   default-action signals), ``execve``s it with the environment this launcher was given, waits for it and
+   reports its wait status. When the init exits, the kernel kills whatever is left in the PID namespace.
+
+Status lines on the status fd: ``protections <json>`` once set up, ``setup-error <text>`` if the program could
+not be started, ``exit <wait status>`` when it ends.
+"""
+
+import ctypes
+import json
+import os
+import resource
+import signal
+import sys
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+
+MS_RDONLY = 1
+MS_REMOUNT = 32
+MS_BIND = 4096
+MS_REC = 0x4000
+MS_PRIVATE = 1 << 18
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+
+PR_SET_PDEATHSIG = 1
+PR_SET_NO_NEW_PRIVS = 38
+
+# Landlock (include/uapi/linux/landlock.h); the syscall numbers are the same on x86_64 and aarch64.
+SYS_LANDLOCK_CREATE_RULESET = 444
+SYS_LANDLOCK_ADD_RULE = 445
+SYS_LANDLOCK_RESTRICT_SELF = 446
+LANDLOCK_CREATE_RULESET_VERSION = 1
+LANDLOCK_RULE_PATH_BENEATH = 1
+FS_WRITE_FILE = 1 << 1
+FS_REMOVE_DIR = 1 << 4
+FS_REMOVE_FILE = 1 << 5
+FS_MAKE_ALL = sum(1 << b for b in range(6, 13))  # char, dir, reg, sock, fifo, block, sym
+FS_REFER = 1 << 13  # ABI 2
+FS_TRUNCATE = 1 << 14  # ABI 3
+NET_BIND_TCP = 1 << 0  # ABI 4
+NET_CONNECT_TCP = 1 << 1
+SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0  # ABI 6
+SCOPE_SIGNAL = 1 << 1
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+
+
+def _errno_text() -> str:
+    return os.strerror(ctypes.get_errno())
+
+
+def _unshare(flags: int) -> bool:
+    return _libc.unshare(ctypes.c_int(flags)) == 0
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as fh:
+        fh.write(text)
+
+
+def _enter_namespaces(as_root: bool) -> list[str]:
+    """Unshare what this kernel and these privileges allow; return the names of the namespaces entered."""
+    wanted = [("net", CLONE_NEWNET), ("pid", CLONE_NEWPID), ("mnt", CLONE_NEWNS), ("ipc", CLONE_NEWIPC)]
+    if not as_root:
+        uid, gid = os.getuid(), os.getgid()
+        if not _unshare(CLONE_NEWUSER):
+            return []
+        try:  # map ourselves to ourselves, so files we create keep our uid
+            _write("/proc/self/setgroups", "deny")
+            _write("/proc/self/uid_map", f"{uid} {uid} 1")
+            _write("/proc/self/gid_map", f"{gid} {gid} 1")
+        except OSError:
+            pass
+        entered = ["user"]
+    else:
+        entered = []
+    all_flags = sum(flag for _, flag in wanted) | CLONE_NEWUTS
+    if _unshare(all_flags):
+        return [*entered, *(name for name, _ in wanted), "uts"]
+    for name, flag in wanted:  # fall back one at a time
+        if _unshare(flag):
+            entered.append(name)
+    return entered
+
+
+def _mount_fresh_proc() -> bool:
+    mount = _libc.mount
+    mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
+    if mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        return False
+    return mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None) == 0
+
+
+def _blocking_ancestor(path: str) -> str | None:
+    """The first ancestor directory of ``path`` that other users cannot traverse (e.g. ``/root``), if any."""
+    parts = path.strip("/").split("/")
+    for i in range(1, len(parts)):
+        ancestor = "/" + "/".join(parts[:i])
+        try:
+            if not os.stat(ancestor).st_mode & 0o001:
+                return ancestor
+        except OSError:
+            return None
+    return None
+
+
+def _expose(paths: list[str]) -> list[str]:
+    """Make ``paths`` reachable for an unprivileged uid inside our private mount namespace.
+
+    An interpreter installed below a directory only root may enter (pyenv under ``/root``) would be unusable
+    after the uid switch. For each such directory: keep a handle on the needed paths, mount an empty tmpfs over
+    the directory (which also hides the rest of it, e.g. ``/root/.ssh``), recreate the needed paths and bind
+    them back read-only. Returns the paths exposed.
+    """
+    mount = _libc.mount
+    mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
+    by_ancestor: dict[str, list[str]] = {}
+    for path in paths:
+        ancestor = _blocking_ancestor(path)
+        if ancestor is not None and os.path.exists(path):
+            by_ancestor.setdefault(ancestor, []).append(path)
+    exposed = []
+    for ancestor, needed in by_ancestor.items():
+        handles = [(p, os.open(p, os.O_PATH)) for p in needed]
+        try:
+            if mount(b"tmpfs", ancestor.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=0755,size=1m") != 0:
+                continue
+            for path, fd in handles:
+                if os.path.isdir(f"/proc/self/fd/{fd}"):
+                    os.makedirs(path, mode=0o755, exist_ok=True)
+                else:
+                    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+                    open(path, "a").close()
+                target = path.encode()
+                if mount(f"/proc/self/fd/{fd}".encode(), target, None, MS_BIND | MS_REC, None) == 0:
+                    mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)
+                    exposed.append(path)
+        finally:
+            for _, fd in handles:
+                os.close(fd)
+    return exposed
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]  # fmt: skip
+
+
+class _PathBeneathAttr(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def _landlock(workdir: str) -> int:
+    """Restrict writes to ``workdir`` and deny TCP; return the Landlock ABI used (0: not available)."""
+    abi = _libc.syscall(
+        SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), LANDLOCK_CREATE_RULESET_VERSION
+    )
+    if abi < 1:
+        return 0
+    fs = FS_WRITE_FILE | FS_REMOVE_DIR | FS_REMOVE_FILE | FS_MAKE_ALL
+    if abi >= 2:
+        fs |= FS_REFER
+    if abi >= 3:
+        fs |= FS_TRUNCATE
+    attr = _RulesetAttr(fs, NET_BIND_TCP | NET_CONNECT_TCP if abi >= 4 else 0,
+                        SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if abi >= 6 else 0)  # fmt: skip
+    size = 24 if abi >= 6 else 16 if abi >= 4 else 8
+    ruleset = _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), 0)
+    if ruleset < 0:
+        return 0
+    try:
+        rules = [(workdir, fs), ("/dev/null", FS_WRITE_FILE | (FS_TRUNCATE if abi >= 3 else 0))]
+        for path, access in rules:
+            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            try:
+                rule = _PathBeneathAttr(access, fd)
+                if _libc.syscall(SYS_LANDLOCK_ADD_RULE, ruleset, LANDLOCK_RULE_PATH_BENEATH,
+                                 ctypes.byref(rule), 0) != 0:  # fmt: skip
+                    return 0
+            finally:
+                os.close(fd)
+        if _libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0) != 0:
+            return 0
+        return abi
+    finally:
+        os.close(ruleset)
+
+
+def _count_processes(uid: int) -> int:
+    count = 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.stat(f"/proc/{entry}").st_uid == uid:
+                    count += 1
+            except OSError:
+                pass
+    return count
+
+
+def _set_limits(cfg: dict) -> None:
+    def limit(which: int, value: int | None) -> None:
+        if value is not None:
+            value = int(value)
+            try:
+                resource.setrlimit(which, (value, value))
+            except (ValueError, OSError):
+                _soft, hard = resource.getrlimit(which)
+                if hard == resource.RLIM_INFINITY or value <= hard:
+                    resource.setrlimit(which, (value, hard))
+
+    limit(resource.RLIMIT_CPU, cfg["cpu_seconds"])
+    if cfg.get("memory_bytes"):
+        limit(resource.RLIMIT_AS, cfg["memory_bytes"])
+    limit(resource.RLIMIT_FSIZE, cfg["file_size_bytes"])
+    limit(resource.RLIMIT_NOFILE, cfg["open_files"])
+    limit(resource.RLIMIT_CORE, 0)
+
+
+def _wait(pid: int) -> int:
+    while True:
+        try:
+            return os.waitpid(pid, 0)[1]
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            return -1
+
+
+def _close_stdio() -> None:
+    for fd in (0, 1, 2):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def _init(cfg: dict, status_fd: int, protections: dict) -> None:
+    """The sandbox's init (PID 1 of the new PID namespace when there is one): set up, start the program, wait
+    for it, report its wait status. When this process exits the kernel kills everything left in the namespace.
+    Never returns."""
+    try:
+        if "mnt" in protections["namespaces"] and "pid" in protections["namespaces"]:
+            protections["fresh_proc"] = _mount_fresh_proc()
+        if cfg.get("uid") is not None and "mnt" in protections["namespaces"]:
+            protections["exposed"] = _expose(cfg.get("expose", []))
+        _set_limits(cfg)
+        uid = cfg.get("uid")
+        if uid is not None:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            protections["uid"] = uid
+        nproc = int(cfg["processes"])
+        if uid is None:  # RLIMIT_NPROC counts every process of the uid: leave room for the ones that exist
+            nproc += _count_processes(os.getuid())
+        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+        _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        protections["landlock_abi"] = _landlock(cfg["workdir"])
+        if cfg.get("require_landlock") and not protections["landlock_abi"]:
+            raise OSError("Landlock is required but not available on this kernel")
+        pid = os.fork()
+    except BaseException as exc:  # report any setup failure to the parent, then exit
+        try:
+            os.write(status_fd, f"setup-error {type(exc).__name__}: {exc}\n".encode())
+        finally:
+            os._exit(126)
+    if pid == 0:  # the program
+        try:
+            _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            os.write(status_fd, f"protections {json.dumps(protections)}\n".encode())
+            os.set_inheritable(status_fd, False)  # closed by a successful exec, still ours if it fails
+            os.execve(cfg["argv"][0], cfg["argv"], os.environ)
+        except BaseException as exc:
+            try:
+                os.write(status_fd, f"setup-error cannot start {cfg['argv'][0]}: {exc}\n".encode())
+            finally:
+                os._exit(126)
+    _close_stdio()
+    status = _wait(pid)
+    os.write(status_fd, f"exit {status}\n".encode())
+    os._exit(0)
+
+
+def main() -> None:
+    cfg = json.loads(sys.argv[1])
+    status_fd = int(cfg["status_fd"])
+    as_root = os.geteuid() == 0
+    namespaces = _enter_namespaces(as_root) if cfg.get("namespaces", True) else []
+    protections = {"namespaces": namespaces, "fresh_proc": False, "uid": None, "landlock_abi": 0}
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        os.write(status_fd, f"setup-error fork failed: {exc}\n".encode())
+        os._exit(126)
+    if pid == 0:
+        _init(cfg, status_fd, protections)
+    # Outside the namespaces: wait for the sandbox's init, so the parent's process group holds it until the end.
+    _close_stdio()
+    os.close(status_fd)
+    _wait(pid)
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

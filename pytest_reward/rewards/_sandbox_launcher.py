@@ -319,6 +319,8 @@ def main() -> None:
     if pid == 0:
         _init(cfg, status_fd, protections)
     # Outside the namespaces: wait for the sandbox's init, so the parent's process group holds it until the end.
+    # SIGTERM from the parent means "stop now": kill the init (and with it the PID namespace), reap it, exit.
+    signal.signal(signal.SIGTERM, lambda signum, frame: os.kill(pid, signal.SIGKILL))
     _close_stdio()
     os.close(status_fd)
     _wait(pid)

@@ -142,7 +142,7 @@ def _ground_truth_text(ground_truth: Any) -> tuple[str | None, str]:
 @reward_function
 def accuracy_reward(
     messages: list[Message] | list[dict[str, Any]],
-    ground_truth: list[Message] | list[dict[str, Any]] | str | None = None,
+    ground_truth: list[Message] | list[dict[str, Any]] | str | None,
     extract_fn: Callable[[str], str] | None = None,
     compare_fn: Callable[[str, str], float] | None = None,
     **kwargs: Any,

@@ -392,7 +392,7 @@ def _e2b_unavailable(environment: str) -> EvaluateResult | None:
 @reward_function
 def fractional_code_reward(
     messages: list[Message] | list[dict[str, Any]],
-    ground_truth: str | list[dict[str, Any]] | None = None,
+    ground_truth: str | list[dict[str, Any]] | None,
     language: str = "python",
     timeout: int = 30,
     environment: str = "local",
@@ -426,8 +426,8 @@ def fractional_code_reward(
 @reward_function
 def deepcoder_code_reward(
     messages: list[Message] | list[dict[str, Any]],
-    ground_truth: list[dict[str, Any]] | None = None,
-    language: str = "python",
+    ground_truth: list[dict[str, Any]] | None,
+    language: str,
     timeout: int = 10,
     environment: str = "local",
     api_key: str | None = None,
@@ -438,7 +438,7 @@ def deepcoder_code_reward(
     cases (``{"input", "expected_output"}``); ``target_function``: call this function with each input instead
     of feeding stdin. Metrics: those of ``fractional_code_reward`` plus ``overall_status``.
 
-    Differences from reward-kit (deliberate): ``language`` defaults to ``"python"`` (required in reward-kit); a
+    Differences from reward-kit (deliberate): a
     failed test is a valid 0 (reward-kit set ``is_score_valid=False`` whenever a test failed);
     ``environment="e2b"`` is an invalid result naming the reason.
     """
@@ -523,7 +523,7 @@ def _apps_lines_equal(actual: str, expected: Any) -> bool:
 @reward_function
 def evaluate_apps_solution(
     messages: list[Message] | list[dict[str, Any]],
-    ground_truth: str | dict[str, Any] | None = None,
+    ground_truth: str | dict[str, Any] | None,
     **kwargs: Any,
 ) -> EvaluateResult:
     """APPS-format test cases; score = fraction passed. ``ground_truth``: ``{"inputs": [...], "outputs": [...],

@@ -113,7 +113,7 @@ def _target_from_prompt(messages: Any) -> str | None:
 def language_consistency_reward(
     messages: list[Message] | list[dict[str, Any]],
     *,
-    ground_truth: Any = None,
+    ground_truth: Any,
     target_language: str | None = None,
     min_consistency: float = 0.6,
     auto_detect: bool = True,

@@ -28,7 +28,7 @@ _TACTICS = {
 @reward_function
 def lean_prover_reward(
     messages: list[Message] | list[dict[str, Any]],
-    ground_truth: str | None = None,
+    ground_truth: str | None,
     **kwargs: Any,
 ) -> EvaluateResult:
     """Heuristic score of a Lean 4 proof attempt; ``kwargs["statement"]`` (the theorem statement) is required.

@@ -421,7 +421,7 @@ def extract_mcq_option(text: str) -> list[tuple[str, str]]:
 @reward_function
 def multiple_choice_math_reward(
     messages: list[Message] | list[dict[str, Any]],
-    ground_truth: list[Message] | list[dict[str, Any]] | str | None = None,
+    ground_truth: list[Message] | list[dict[str, Any]] | str | None,
     **kwargs: Any,
 ) -> EvaluateResult:
     """1.0 when the response picks the ground truth's option letter (A–E). Strict: a response naming several

@@ -157,6 +157,19 @@ def _kill_group(pid: int) -> None:
         pass
 
 
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """End the run: ask the launcher to kill and reap the sandbox's init (so nothing is left as a zombie for the
+    system to reap), then kill whatever is left in the process group and reap the launcher."""
+    if proc.poll() is None:
+        try:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=2)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass
+    _kill_group(proc.pid)
+    proc.wait()
+
+
 def _kill_uid(uid: int) -> None:
     """Kill every process running as ``uid`` (used when there was no PID namespace to do it for us)."""
     try:
@@ -320,8 +333,7 @@ def _run_in(
             proc, stdin.encode("utf-8"), status_r, out, err, status_data, limits, started
         )
     finally:
-        _kill_group(proc.pid)
-        proc.wait()
+        _stop(proc)
         os.close(status_r)
         result.duration = time.monotonic() - started
     lines = _status_lines(bytes(status_data))

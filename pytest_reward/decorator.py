@@ -31,7 +31,28 @@ from pydantic import TypeAdapter, ValidationError
 
 from .models import EvaluateResult, Message, RewardOutput
 
-__all__ = ["RewardSpec", "analyse", "get_spec", "is_reward_function", "reward_function"]
+__all__ = [
+    "RewardInputError",
+    "RewardReturnError",
+    "RewardSpec",
+    "analyse",
+    "get_spec",
+    "is_reward_function",
+    "reward_function",
+]
+
+
+class RewardInputError(ValueError):
+    """An input the decorator could not coerce (reward-kit raises a plain ``ValueError`` with this text)."""
+
+
+class RewardReturnError(ValueError):
+    """A return value that is not a valid result (reward-kit raises a plain ``ValueError`` with this text)."""
+
+    def __init__(self, message: str, value: Any = None) -> None:
+        super().__init__(message)
+        self.value = value
+
 
 F = TypeVar("F", bound=Callable[..., Any])
 EvaluationMode = Literal["pointwise", "batch"]
@@ -172,7 +193,7 @@ def analyse(
 
 def _to_messages(value: Any, name: str) -> list[Message]:
     if not isinstance(value, list):
-        raise ValueError(
+        raise RewardInputError(
             f"Input '{name}' failed Pydantic validation: Expected a list for '{name}', got {type(value)}"
         )
     out: list[Message] = []
@@ -183,9 +204,9 @@ def _to_messages(value: Any, name: str) -> list[Message]:
             try:
                 out.append(Message.model_validate(item))
             except (ValidationError, ValueError) as exc:
-                raise ValueError(f"Input '{name}' failed Pydantic validation: {exc}") from None
+                raise RewardInputError(f"Input '{name}' failed Pydantic validation: {exc}") from None
         else:
-            raise ValueError(
+            raise RewardInputError(
                 f"Input '{name}' failed Pydantic validation: Unexpected type for item {i} in '{name}': {type(item)}"
             )
     return out
@@ -209,20 +230,20 @@ def _coerce_inputs(spec: RewardSpec, args: tuple[Any, ...], kwargs: dict[str, An
         gt = kwargs.get("ground_truth")
         if gt is not None and not _all_messages(gt):
             if not isinstance(gt, list):
-                raise ValueError(
+                raise RewardInputError(
                     "Input 'ground_truth' failed Pydantic validation for List[Message]: "
                     f"expected a list, got {type(gt)}"
                 )
             try:
                 kwargs["ground_truth"] = _to_messages(gt, "ground_truth")
             except ValueError as exc:
-                raise ValueError(
+                raise RewardInputError(
                     str(exc).replace("validation:", "validation for List[Message]:", 1)
                 ) from None
     if spec.coerce_rollouts and "rollouts_messages" in kwargs:
         rollouts = kwargs["rollouts_messages"]
         if not isinstance(rollouts, list):
-            raise ValueError(
+            raise RewardInputError(
                 "Input 'rollouts_messages' failed Pydantic validation: "
                 f"Expected a list for 'rollouts_messages', got {type(rollouts)}"
             )
@@ -235,9 +256,10 @@ def _coerce_inputs(spec: RewardSpec, args: tuple[Any, ...], kwargs: dict[str, An
 # --- output coercion -------------------------------------------------------------------------------------
 
 
-def _validation_failure(spec: RewardSpec, exc: ValidationError) -> ValueError:
-    return ValueError(
-        f"Return value from function '{spec.name}' failed Pydantic validation for mode '{spec.mode}':\n{exc}"
+def _validation_failure(spec: RewardSpec, exc: ValidationError, value: Any) -> RewardReturnError:
+    return RewardReturnError(
+        f"Return value from function '{spec.name}' failed Pydantic validation for mode '{spec.mode}':\n{exc}",
+        value,
     )
 
 
@@ -264,13 +286,13 @@ def coerce_result(spec: RewardSpec, result: Any) -> EvaluateResult:
     try:
         return _result_adapter().validate_python(result)
     except ValidationError as exc:
-        raise _validation_failure(spec, exc) from None
+        raise _validation_failure(spec, exc, result) from None
 
 
 def coerce_batch_result(spec: RewardSpec, result: Any) -> list[EvaluateResult]:
     """Turn a batch return value into a list of ``EvaluateResult`` or raise reward-kit's ``ValueError``."""
     if isinstance(result, EvaluateResult):
-        raise ValueError(
+        raise RewardReturnError(
             f"Return value from function '{spec.name}' failed validation for mode 'batch': expected a list of "
             "EvaluateResult (one per rollout), got a single EvaluateResult"
         )
@@ -289,7 +311,7 @@ def coerce_batch_result(spec: RewardSpec, result: Any) -> list[EvaluateResult]:
     try:
         return _result_list_adapter().validate_python(result)
     except ValidationError as exc:
-        raise _validation_failure(spec, exc) from None
+        raise _validation_failure(spec, exc, result) from None
 
 
 # --- the decorator ---------------------------------------------------------------------------------------

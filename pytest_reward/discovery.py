@@ -1,0 +1,484 @@
+"""Finding reward functions and deciding which samples files each one meets.
+
+Sources, in this order:
+
+1. ``--reward-fn path.py::name`` / ``--reward-fn package.module:name`` — when given, only these functions are
+   used (the flag selects);
+2. modules matching ini ``reward_modules`` (default ``main.py reward_*.py *_reward.py rewards.py``) under the
+   scan roots, imported under a dotted name derived from their path relative to the rootdir, so two
+   ``main.py`` files never shadow each other;
+3. test modules (ini ``python_files``) under the scan roots that mention ``reward_function``, imported exactly as
+   pytest imports them (same module objects, assertion rewriting intact).
+
+Scan roots are the directories (and ``.py`` files) among pytest's arguments plus the directories of the samples
+files named on the command line; the rootdir when there are none. A module contributes the reward functions it
+defines (``fn.__module__`` is the module) and reward functions built at run time (``combine(...)``), never the
+ones it merely imports.
+
+Which files a function meets: its marker's ``samples=`` when given (paths relative to its module's directory,
+then to the rootdir; globs allowed); otherwise every samples file named on the command line
+(``--reward-samples`` or a positional ``.jsonl``) and every ``reward_samples_glob`` file whose directory
+contains the function's module.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from .decorator import RewardSpec, get_spec, is_reward_function
+from .thresholds import GateError, Gates, validate_marker
+
+__all__ = ["DiscoveryError", "Registry", "RewardFn", "discover"]
+
+DEFAULT_REWARD_MODULES = ("main.py", "reward_*.py", "*_reward.py", "rewards.py")
+_NEEDLE = b"reward_function"
+
+
+class DiscoveryError(Exception):
+    """A reward module or ``--reward-fn`` target that could not be loaded."""
+
+
+@dataclass
+class RewardFn:
+    """A discovered reward function and everything the plugin needs to know about it."""
+
+    obj: Callable[..., Any]
+    spec: RewardSpec
+    name: str
+    qualname: str
+    module: str
+    path: Path
+    lineno: int
+    gates: Gates = field(default_factory=Gates)
+    marks: list[Any] = field(default_factory=list)
+    bound_files: tuple[Path, ...] = ()
+    error: str | None = None
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}::{self.qualname}"
+
+    @property
+    def is_bound(self) -> bool:
+        return bool(self.gates.samples)
+
+
+@dataclass
+class Registry:
+    """The reward functions of a session."""
+
+    functions: list[RewardFn] = field(default_factory=list)
+    import_errors: list[tuple[Path | str, str]] = field(default_factory=list)
+    looked_in: list[str] = field(default_factory=list)
+    patterns: tuple[str, ...] = ()
+    selected: bool = False
+    """True when ``--reward-fn`` chose the functions."""
+    _errors_reported: bool = False
+
+    def usable(self) -> list[RewardFn]:
+        return [f for f in self.functions if f.error is None]
+
+    def pop_errors(self) -> list[str]:
+        """Import errors, handed out once (the first samples-file collector reports them)."""
+        if self._errors_reported:
+            return []
+        self._errors_reported = True
+        return [f"{where}: {msg}" for where, msg in self.import_errors]
+
+    def for_file(self, path: Path, *, explicit: bool, globbed: bool) -> list[RewardFn]:
+        """Functions (usable or not) that meet the samples file ``path``."""
+        path = path.resolve()
+        out = []
+        for fn in self.functions:
+            if fn.is_bound or fn.bound_files:
+                if path in fn.bound_files:
+                    out.append(fn)
+            elif explicit or self.selected or (globbed and _is_relative_to(fn.path.resolve(), path.parent)):
+                out.append(fn)
+        return out
+
+    def bound_paths(self) -> list[Path]:
+        seen: dict[Path, None] = {}
+        for fn in self.functions:
+            for p in fn.bound_files:
+                seen.setdefault(p, None)
+        return list(seen)
+
+
+def _is_relative_to(path: Path, parent: Path) -> bool:
+    try:
+        path.relative_to(parent)
+    except ValueError:
+        return False
+    return True
+
+
+# --- walking ----------------------------------------------------------------------------------------------
+
+
+def _in_venv(path: Path) -> bool:
+    return (path / "pyvenv.cfg").is_file() or (path / "conda-meta" / "history").is_file()
+
+
+def walk_files(roots: Iterable[Path], norecursedirs: Sequence[str]) -> Iterator[Path]:
+    """Files under ``roots`` in sorted order, pruning like pytest does (``norecursedirs``, virtualenvs)."""
+    seen: set[Path] = set()
+
+    def walk(directory: Path) -> Iterator[Path]:
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError:
+            return
+        subdirs = []
+        for entry in entries:
+            try:
+                if entry.is_dir():
+                    subdirs.append(entry)
+                elif entry.is_file():
+                    yield Path(entry.path)
+            except OSError:
+                continue
+        for entry in subdirs:
+            if entry.name == "__pycache__" or any(fnmatch.fnmatch(entry.name, pat) for pat in norecursedirs):
+                continue
+            sub = Path(entry.path)
+            if _in_venv(sub):
+                continue
+            yield from walk(sub)
+
+    for root in roots:
+        root = root.resolve()
+        if root in seen:
+            continue
+        seen.add(root)
+        if root.is_file():
+            yield root
+        elif root.is_dir():
+            yield from walk(root)
+
+
+def _matches(path: Path, patterns: Sequence[str]) -> bool:
+    name = path.name
+    return any(fnmatch.fnmatch(name, pat) or fnmatch.fnmatch(str(path), pat) for pat in patterns)
+
+
+def _mentions_reward_function(path: Path) -> bool:
+    try:
+        return _NEEDLE in path.read_bytes()
+    except OSError:
+        return False
+
+
+# --- importing --------------------------------------------------------------------------------------------
+
+
+def _dotted_name(path: Path, root: Path) -> str:
+    try:
+        rel = path.resolve().relative_to(root.resolve())
+        parts = list(rel.with_suffix("").parts)
+    except ValueError:
+        parts = ["_pytest_reward_ext", *path.resolve().with_suffix("").parts[-2:]]
+    if parts and parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(p if p.isidentifier() else "".join(c if c.isalnum() else "_" for c in p) for p in parts)
+
+
+def _package_base(path: Path) -> Path:
+    """The first directory upwards that is not a regular package (what pytest's prepend mode puts on sys.path)."""
+    directory = path.parent
+    while (directory / "__init__.py").is_file():
+        directory = directory.parent
+    return directory
+
+
+def import_reward_module(path: Path, root: Path, importmode: str) -> ModuleType:
+    """Import a reward module (not a test module) under a unique dotted name; sibling imports keep working."""
+    path = path.resolve()
+    name = _dotted_name(path, root)
+    existing = sys.modules.get(name)
+    if (
+        existing is not None
+        and getattr(existing, "__file__", None)
+        and Path(existing.__file__).resolve() == path
+    ):
+        return existing
+    base = str(_package_base(path))
+    if importmode != "importlib" and base not in sys.path:
+        if importmode == "append":
+            sys.path.append(base)
+        else:
+            sys.path.insert(0, base)
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise DiscoveryError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+def _import_test_module(path: Path, config: Any) -> ModuleType:
+    from _pytest.pathlib import import_path
+
+    return import_path(
+        path,
+        mode=config.getoption("importmode"),
+        root=config.rootpath,
+        consider_namespace_packages=config.getini("consider_namespace_packages"),
+    )
+
+
+def _format_import_error(exc: BaseException) -> str:
+    if isinstance(exc, SyntaxError):
+        return f"SyntaxError: {exc.msg} (line {exc.lineno})"
+    return f"{type(exc).__name__}: {exc}"
+
+
+# --- collecting functions from modules ----------------------------------------------------------------------
+
+
+def _owned(obj: Any, module: ModuleType) -> bool:
+    obj_module = getattr(obj, "__module__", None)
+    if obj_module == module.__name__:
+        return True
+    home = sys.modules.get(obj_module or "")
+    # Built at run time (e.g. combine(...)): not reachable under its own name in its defining module.
+    return getattr(home, getattr(obj, "__name__", ""), None) is not obj
+
+
+def _functions_in(module: ModuleType) -> list[tuple[str, Any]]:
+    found = []
+    for attr, obj in list(vars(module).items()):
+        if attr.startswith("__") or not is_reward_function(obj) or not _owned(obj, module):
+            continue
+        found.append((attr, obj))
+    return found
+
+
+def _marks_of(obj: Any) -> list[Any]:
+    marks = getattr(obj, "pytestmark", [])
+    if not isinstance(marks, list):
+        marks = [marks]
+    return [getattr(m, "mark", m) for m in marks]
+
+
+def _source_location(obj: Any, module: ModuleType | None) -> tuple[Path, int]:
+    inner = inspect.unwrap(obj)
+    try:
+        file = inspect.getsourcefile(inner) or inspect.getfile(inner)
+        lineno = inner.__code__.co_firstlineno
+    except (TypeError, AttributeError):
+        file = getattr(module, "__file__", None) or "<unknown>"
+        lineno = 0
+    return Path(file), int(lineno)
+
+
+@dataclass
+class DiscoveryOptions:
+    roots: list[Path]
+    rootdir: Path
+    importmode: str
+    reward_modules: tuple[str, ...]
+    python_files: tuple[str, ...]
+    norecursedirs: tuple[str, ...]
+    fn_specs: tuple[str, ...]
+    defaults: Gates
+    invocation_dir: Path
+
+
+def _load_fn_spec(spec: str, opts: DiscoveryOptions, config: Any) -> tuple[Any, ModuleType | None]:
+    if "::" in spec:
+        file_part, _, attr = spec.partition("::")
+        path = Path(file_part)
+        if not path.is_absolute():
+            path = (opts.invocation_dir / path).resolve()
+        if not path.is_file():
+            raise DiscoveryError(f"--reward-fn {spec}: file {file_part} not found")
+        if _matches(path, opts.python_files) and config is not None:
+            module = _import_test_module(path, config)
+        else:
+            module = import_reward_module(path, opts.rootdir, opts.importmode)
+    elif ":" in spec:
+        mod_name, _, attr = spec.partition(":")
+        module = importlib.import_module(mod_name)
+    else:
+        raise DiscoveryError(f"--reward-fn {spec}: expected path.py::name or package.module:name")
+    obj: Any = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise DiscoveryError(f"--reward-fn {spec}: {module.__name__} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not is_reward_function(obj):
+        raise DiscoveryError(f"--reward-fn {spec}: {attr!r} is not decorated with @reward_function")
+    return obj, module
+
+
+def _resolve_bound(
+    patterns: Sequence[str], fn_path: Path, rootdir: Path
+) -> tuple[tuple[Path, ...], str | None]:
+    files: dict[Path, None] = {}
+    for pattern in patterns:
+        matched: list[Path] = []
+        for base in (fn_path.parent, rootdir):
+            p = Path(pattern)
+            if p.is_absolute():
+                candidates = (
+                    [p] if not any(c in pattern for c in "*?[") else sorted(Path(p.anchor).glob(str(p)[1:]))
+                )
+            elif any(c in pattern for c in "*?["):
+                candidates = sorted(base.glob(pattern))
+            else:
+                candidates = [base / pattern]
+            matched = [c.resolve() for c in candidates if c.is_file()]
+            if matched:
+                break
+        if not matched:
+            return (), (
+                f"samples file {pattern!r} not found (looked relative to {fn_path.parent} and to the rootdir {rootdir})"
+            )
+        for m in matched:
+            files.setdefault(m, None)
+    return tuple(files), None
+
+
+def _make_entry(obj: Any, module: ModuleType | None, opts: DiscoveryOptions) -> RewardFn:
+    path, lineno = _source_location(obj, module)
+    qualname = getattr(obj, "__qualname__", getattr(obj, "__name__", "reward"))
+    error = None
+    try:
+        spec = get_spec(obj)
+    except (ValueError, TypeError) as exc:  # a foreign function whose signature we cannot use
+        spec = RewardSpec(
+            name=getattr(obj, "__name__", "reward"),
+            mode="pointwise",
+            is_async=False,
+            parameters=(),
+            accepts_var_kwargs=True,
+            messages_index=None,
+            coerce_messages=False,
+            coerce_ground_truth=False,
+            coerce_rollouts=False,
+        )
+        error = str(exc)
+    gates = opts.defaults
+    other_marks = []
+    where = f"@pytest.mark.reward on {path}::{qualname}"
+    reward_marks = []
+    for mark in _marks_of(module) + _marks_of(obj):
+        if getattr(mark, "name", None) == "reward":
+            reward_marks.append(mark)
+        else:
+            other_marks.append(mark)
+    for mark in reward_marks:
+        try:
+            gates = gates.merged(validate_marker(tuple(mark.args), dict(mark.kwargs), where), "marker")
+        except GateError as exc:
+            error = str(exc)
+    bound: tuple[Path, ...] = ()
+    if error is None and gates.samples:
+        bound, problem = _resolve_bound(gates.samples, path, opts.rootdir)
+        if problem:
+            error = f"{where}: {problem}"
+    return RewardFn(
+        obj=obj,
+        spec=spec,
+        name=spec.id or getattr(obj, "__name__", "reward"),
+        qualname=qualname,
+        module=getattr(module, "__name__", "?"),
+        path=path,
+        lineno=lineno,
+        gates=gates,
+        marks=other_marks,
+        bound_files=bound,
+        error=error,
+    )
+
+
+def _disambiguate(functions: list[RewardFn], rootdir: Path) -> None:
+    """Give same-named functions distinct names: ``relevance.evaluate`` / ``safety.evaluate``."""
+    by_name: dict[str, list[RewardFn]] = {}
+    for fn in functions:
+        by_name.setdefault(fn.name, []).append(fn)
+    for name, group in by_name.items():
+        if len(group) < 2:
+            continue
+        depth = 1
+        while True:
+            labels = []
+            for fn in group:
+                try:
+                    parts = fn.path.resolve().relative_to(rootdir.resolve()).with_suffix("").parts
+                except ValueError:
+                    parts = fn.path.with_suffix("").parts
+                parents = [p for p in parts[:-1]] if parts[-1] in ("main", "__init__") else list(parts)
+                labels.append(".".join([*parents[-depth:], name]) if parents else name)
+            if len(set(labels)) == len(labels) or depth > 8:
+                break
+            depth += 1
+        for fn, label in zip(group, labels, strict=True):
+            fn.name = label
+
+
+def discover(opts: DiscoveryOptions, config: Any = None) -> Registry:
+    """Find the reward functions of a session (see the module docstring)."""
+    registry = Registry(patterns=opts.reward_modules)
+    seen: set[int] = set()
+
+    def add(obj: Any, module: ModuleType | None) -> None:
+        if id(obj) in seen:
+            return
+        seen.add(id(obj))
+        registry.functions.append(_make_entry(obj, module, opts))
+
+    if opts.fn_specs:
+        registry.selected = True
+        registry.looked_in = [f"--reward-fn {s}" for s in opts.fn_specs]
+        for spec in opts.fn_specs:
+            try:
+                obj, module = _load_fn_spec(spec, opts, config)
+            except DiscoveryError as exc:
+                registry.import_errors.append((spec, str(exc).split(": ", 1)[-1]))
+                continue
+            except Exception as exc:
+                registry.import_errors.append((f"--reward-fn {spec}", _format_import_error(exc)))
+                continue
+            add(obj, module)
+        _disambiguate(registry.functions, opts.rootdir)
+        return registry
+
+    registry.looked_in = [str(r) for r in opts.roots]
+    for path in walk_files(opts.roots, opts.norecursedirs):
+        if path.suffix != ".py" or path.name == "conftest.py":
+            continue
+        is_reward_module = _matches(path, opts.reward_modules)
+        is_test_module = not is_reward_module and _matches(path, opts.python_files)
+        if not (is_reward_module or is_test_module) or not _mentions_reward_function(path):
+            continue
+        try:
+            if is_test_module and config is not None:
+                module = _import_test_module(path, config)
+            else:
+                module = import_reward_module(path, opts.rootdir, opts.importmode)
+        except Exception as exc:
+            if is_test_module:
+                continue  # pytest reports it when it collects the module
+            registry.import_errors.append((path, _format_import_error(exc)))
+            continue
+        for _attr, obj in sorted(_functions_in(module), key=lambda kv: _source_location(kv[1], module)[1]):
+            add(obj, module)
+    _disambiguate(registry.functions, opts.rootdir)
+    return registry

@@ -1,0 +1,489 @@
+"""Collectors and test items: a samples file, function × sample items, function × file items, error items."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from _pytest._code.code import ExceptionInfo, TerminalRepr
+from _pytest._io import TerminalWriter
+
+from .results import BELOW, FAIL, GroupAccumulator, SampleOutcome
+from .samples import Sample, SampleError, count_lines, iter_samples
+from .scoring import InvalidResult, Invoker, describe_exception, error_outcome
+from .session import RewardSession, session_key
+
+if TYPE_CHECKING:
+    from .discovery import RewardFn
+
+__all__ = ["FileItem", "LineErrorItem", "SampleItem", "SamplesFile"]
+
+REWARD_DATA = pytest.StashKey[dict[str, Any]]()
+_PACKAGE_DIR = str(Path(__file__).resolve().parent)
+
+
+class RewardFailure(Exception):
+    """A verdict (not a crash): the message is the whole report."""
+
+    def __init__(self, headline: str, details: list[str]) -> None:
+        super().__init__(headline)
+        self.headline = headline
+        self.details = details
+
+
+class _Crash:
+    """The ``reprcrash`` of our reports: pytest uses ``message`` for the short summary line."""
+
+    def __init__(self, path: str, lineno: int, message: str) -> None:
+        self.path = path
+        self.lineno = lineno
+        self.message = message
+
+
+class RewardRepr(TerminalRepr):
+    """A failure report: verdict line, context lines, then (for crashes) the user's traceback."""
+
+    def __init__(
+        self, headline: str, lines: Sequence[str], inner: Any = None, location: tuple[str, int] = ("", 0)
+    ) -> None:
+        self.headline = headline
+        self.lines = list(lines)
+        self.inner = inner
+        self.reprcrash = _Crash(location[0], location[1], headline)
+
+    def toterminal(self, tw: TerminalWriter) -> None:
+        tw.line(self.headline, red=True, bold=True)
+        for line in self.lines:
+            tw.line(line)
+        if self.inner is not None:
+            tw.line("")
+            self.inner.toterminal(tw)
+
+
+def _truncate(text: str | None, limit: int) -> str:
+    if text is None:
+        return "∅"
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def describe_outcome(outcome: SampleOutcome, fn: RewardFn, verbosity: int) -> list[str]:
+    """Context lines of a failing sample: where it is, the conversation, scores, metrics."""
+    width = 400 if verbosity > 0 else 120
+    lines = [
+        f"  sample     {outcome.file}:{outcome.line}  [{outcome.sample_id}]",
+        f"  function   {fn.name}  ({fn.path.name}:{fn.lineno})",
+        f"  user       {_truncate(outcome.user, width)}",
+        f"  assistant  {_truncate(outcome.response, width)}",
+    ]
+    if outcome.score is not None:
+        gate = f"  (threshold {fn.gates.threshold:g})" if fn.gates.threshold is not None else ""
+        lines.append(f"  score      {outcome.score:.4g}{gate}")
+    if outcome.reason:
+        lines.append(f"  reason     {_truncate(outcome.reason, width)}")
+    if outcome.metrics:
+        lines.append("  metrics")
+        name_w = max(len(n) for n in outcome.metrics)
+        for name, m in outcome.metrics.items():
+            flag = "" if m.get("valid", True) else "  (invalid)"
+            lines.append(f"    {name:<{name_w}}  {m['score']:.4g}  {_truncate(m.get('reason'), width)}{flag}")
+    for problem in outcome.failures[1:]:
+        lines.append(f"  also       {problem}")
+    return lines
+
+
+def _user_frames(excinfo: ExceptionInfo[BaseException]) -> Any:
+    """Traceback without pytest, pluggy or pytest-reward frames (and without __tracebackhide__ frames)."""
+    tb = excinfo.traceback.filter(excinfo)
+    return tb.filter(
+        lambda entry: (
+            not str(entry.path).startswith(_PACKAGE_DIR)
+            and "/_pytest/" not in str(entry.path)
+            and "/pluggy/" not in str(entry.path)
+        )
+    )
+
+
+class _RewardItem(pytest.Item):
+    """Behaviour shared by our items: location at the JSONL line, reward data for the reports."""
+
+    lineno: int = 0
+
+    @classmethod
+    def from_parent(cls, parent: pytest.Collector, **kw: Any) -> Any:  # type: ignore[override]
+        # pytest >= 9.2 parses "name[params]" out of string node ids; give it the string form so that the
+        # structured id of the item equals the one parsed back from --lf caches, --deselect, etc.
+        kw.setdefault("nodeid", f"{parent.nodeid}::{kw['name']}")
+        return super().from_parent(parent, **kw)
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, self.lineno, self.name
+
+    def _style(self) -> str:
+        style = self.config.getoption("tbstyle", "auto")
+        return "long" if style == "auto" else style
+
+    def _crash_repr(
+        self, excinfo: ExceptionInfo[BaseException], headline: str, lines: list[str]
+    ) -> RewardRepr:
+        inner = None
+        if self._style() not in ("no", "line") and len(_user_frames(excinfo)):
+            inner = excinfo.getrepr(style=self._style(), tbfilter=_user_frames, truncate_locals=True)  # type: ignore[arg-type]
+        elif self._style() != "no":
+            lines = [*lines, f"  error      {describe_exception(excinfo.value)}"]
+        return RewardRepr(headline, lines, inner, (str(self.path), self.lineno))
+
+    def set_reward_data(self, data: dict[str, Any]) -> None:
+        self.stash[REWARD_DATA] = data
+
+
+class SampleItem(_RewardItem):
+    """One reward function on one sample."""
+
+    def __init__(
+        self,
+        *,
+        fn: RewardFn,
+        invoker: Invoker,
+        sample: Sample,
+        group: dict[str, Any],
+        batch: BatchScheduler | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.fn = fn
+        self.invoker = invoker
+        self.sample = sample
+        self.group = group
+        self.batch = batch
+        self.lineno = sample.line - 1
+        self.outcome: SampleOutcome | None = None
+        for mark in fn.marks:
+            self.add_marker(mark)
+
+    def _record(self, outcome: SampleOutcome) -> None:
+        self.outcome = outcome
+        if outcome.score is not None:
+            self.user_properties.append(("reward.score", outcome.score))
+        for name, m in outcome.metrics.items():
+            self.user_properties.append((f"reward.metric.{name}", m["score"]))
+        self.user_properties.append(("reward.verdict", outcome.verdict))
+        self.set_reward_data(
+            {"groups": [self.group], "outcomes": [outcome.to_dict()], "verdict": outcome.verdict}
+        )
+
+    def runtest(self) -> None:
+        __tracebackhide__ = True
+        sample = self.sample
+        if sample.prompt_only:
+            outcome = self.invoker.outcome(
+                sample,
+                None,
+                error="prompt-only sample: it has no response to score "
+                "(its messages end with a user turn); give the assistant turn, or pass "
+                "--reward-model to roll it out",
+            )
+            self._record(outcome)
+            raise RewardFailure(
+                outcome.failures[0], describe_outcome(outcome, self.fn, self.config.get_verbosity())
+            )
+        start = time.perf_counter()
+        if self.batch is not None:
+            outcome = self.batch.outcome_for(sample)
+            self._record(outcome)
+        else:
+            try:
+                result = self.invoker.call(sample)
+            except InvalidResult as exc:
+                outcome = self.invoker.outcome(
+                    sample, None, error=str(exc), duration=time.perf_counter() - start
+                )
+                self._record(outcome)
+                headline, *detail = str(exc).splitlines()
+                lines = describe_outcome(outcome, self.fn, self.config.get_verbosity())
+                raise RewardFailure(headline, lines + [f"  {d}" for d in detail if d.strip()]) from None
+            except (Exception, pytest.fail.Exception) as exc:
+                self._record(
+                    self.invoker.outcome(
+                        sample, None, error=describe_exception(exc), duration=time.perf_counter() - start
+                    )
+                )
+                raise
+            outcome = self.invoker.outcome(sample, result, duration=time.perf_counter() - start)
+            self._record(outcome)
+        if outcome.verdict == FAIL:
+            raise RewardFailure(
+                outcome.failures[0], describe_outcome(outcome, self.fn, self.config.get_verbosity())
+            )
+
+    def repr_failure(self, excinfo: ExceptionInfo[BaseException], style: Any = None) -> str | TerminalRepr:
+        if isinstance(excinfo.value, RewardFailure):
+            return RewardRepr(
+                excinfo.value.headline, excinfo.value.details, None, (str(self.path), self.lineno)
+            )
+        outcome = self.outcome
+        context = describe_outcome(outcome, self.fn, self.config.get_verbosity()) if outcome else []
+        headline = f"{self.fn.name} raised {describe_exception(excinfo.value)}"
+        return self._crash_repr(excinfo, headline.splitlines()[0], context)
+
+
+class LineErrorItem(_RewardItem):
+    """A malformed line: fails with ``file:line`` and what is wrong; counts as an error for every function."""
+
+    def __init__(
+        self,
+        *,
+        error: SampleError,
+        functions: Sequence[RewardFn],
+        file_label: str,
+        groups: list[dict[str, Any]],
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.error = error
+        self.functions = functions
+        self.file_label = file_label
+        self.groups = groups
+        self.lineno = error.line - 1
+
+    def runtest(self) -> None:
+        outcomes = [
+            error_outcome(fn.name, self.file_label, self.error, self.error.message) for fn in self.functions
+        ]
+        self.set_reward_data(
+            {"groups": self.groups, "outcomes": [o.to_dict() for o in outcomes], "verdict": FAIL}
+        )
+        raise RewardFailure(f"{self.file_label}:{self.error.line}: {self.error.message}", [])
+
+    def repr_failure(self, excinfo: ExceptionInfo[BaseException], style: Any = None) -> str | TerminalRepr:
+        if isinstance(excinfo.value, RewardFailure):
+            return RewardRepr(excinfo.value.headline, [], None, (str(self.path), self.lineno))
+        return super().repr_failure(excinfo)
+
+
+class FileItem(_RewardItem):
+    """One reward function on a whole samples file, streamed; fails listing the failing samples."""
+
+    WORST = 20
+
+    def __init__(self, *, fn: RewardFn, invoker: Invoker, rs: RewardSession, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.fn = fn
+        self.invoker = invoker
+        self.rs = rs
+        for mark in fn.marks:
+            self.add_marker(mark)
+
+    def _outcomes(self) -> Iterator[SampleOutcome]:
+        settings = self.rs.settings
+        fn_name, label = self.fn.name, self.invoker.file_label
+        errors: list[SampleError] = []
+        seen_ids: dict[str, int] = {}
+
+        def good_samples() -> Iterator[Sample]:
+            for record in iter_samples(self.path, max_line_bytes=settings.max_line_bytes):
+                if isinstance(record, SampleError):
+                    errors.append(record)
+                    continue
+                if record.id is not None:
+                    first = seen_ids.setdefault(record.id, record.line)
+                    if first != record.line:
+                        errors.append(
+                            SampleError(
+                                record.path,
+                                record.line,
+                                f"duplicate id {record.id!r} (first at line {first})",
+                            )
+                        )
+                        continue
+                if record.prompt_only:
+                    errors.append(
+                        SampleError(
+                            record.path,
+                            record.line,
+                            "prompt-only sample: it has no response to score; pass --reward-model to roll it out",
+                        )
+                    )
+                    continue
+                yield record
+
+        for outcome in self.invoker.score_stream(
+            good_samples(), workers=settings.workers, chunk=settings.batch_size
+        ):
+            while errors:
+                err = errors.pop(0)
+                yield error_outcome(fn_name, label, err, err.message)
+            yield outcome
+        for err in errors:
+            yield error_outcome(fn_name, label, err, err.message)
+
+    def runtest(self) -> None:
+        __tracebackhide__ = True
+        label = self.invoker.file_label
+        acc = GroupAccumulator(self.fn.name, label, self.fn.gates)
+        failing: list[SampleOutcome] = []
+        n_failing = 0
+        lowest: list[SampleOutcome] = []
+        for outcome in self._outcomes():
+            acc.add(outcome)
+            if outcome.verdict == FAIL:
+                n_failing += 1
+                if len(failing) < self.WORST:
+                    failing.append(outcome)
+            elif outcome.score is not None:
+                lowest.append(outcome)
+                if len(lowest) > 4 * self.WORST:
+                    lowest.sort(key=lambda o: o.score)  # type: ignore[arg-type, return-value]
+                    del lowest[self.WORST :]
+        lowest.sort(key=lambda o: o.score)  # type: ignore[arg-type, return-value]
+        settings = self.rs.settings
+        summary = acc.summary(seed=settings.seed, n_resamples=settings.n_resamples)
+        worst = failing + lowest[: max(0, self.WORST - len(failing))]
+        self.user_properties.extend([("reward.n", summary.n), ("reward.failed", n_failing)])
+        if summary.mean is not None:
+            self.user_properties.append(("reward.mean", summary.mean))
+        self.set_reward_data(
+            {
+                "summary": summary.to_dict(),
+                "worst": [o.to_dict() for o in worst],
+                "verdict": FAIL if n_failing else "pass",
+            }
+        )
+        if summary.n == 0:
+            raise RewardFailure(f"{label}: no samples", [])
+        if n_failing:
+            lines = []
+            for o in failing:
+                lines.append(
+                    f"  {o.file}:{o.line} [{o.sample_id}]  {o.failures[0] if o.failures else o.error}"
+                )
+            if n_failing > len(failing):
+                lines.append(f"  … and {n_failing - len(failing)} more")
+            raise RewardFailure(
+                f"{n_failing} of {summary.n} samples failed ({self.fn.name} on {label})", lines
+            )
+
+    def repr_failure(self, excinfo: ExceptionInfo[BaseException], style: Any = None) -> str | TerminalRepr:
+        if isinstance(excinfo.value, RewardFailure):
+            return RewardRepr(excinfo.value.headline, excinfo.value.details, None, (str(self.path), 0))
+        return self._crash_repr(
+            excinfo, f"{self.fn.name} on {self.invoker.file_label}: {describe_exception(excinfo.value)}", []
+        )
+
+
+class BatchScheduler:
+    """Scores a batch-mode function's samples in chunks, ahead of the items that ask for them."""
+
+    def __init__(self, invoker: Invoker, samples: Sequence[Sample], chunk: int) -> None:
+        self.invoker = invoker
+        self.samples = list(samples)
+        self.index = {id(s): i for i, s in enumerate(self.samples)}
+        self.chunk = chunk
+        self.cache: dict[int, SampleOutcome] = {}
+
+    def outcome_for(self, sample: Sample) -> SampleOutcome:
+        key = id(sample)
+        if key not in self.cache:
+            start = self.index[key]
+            block = [s for s in self.samples[start : start + self.chunk] if id(s) not in self.cache]
+            for s, outcome in zip(block, self.invoker.score_chunk(block), strict=True):
+                self.cache[id(s)] = outcome
+        return self.cache.pop(key)
+
+
+class SamplesFile(pytest.File):
+    """A JSONL samples file: items for every reward function that meets it."""
+
+    def collect(self) -> Iterator[pytest.Item]:
+        rs = self.config.stash[session_key]
+        registry = rs.discover(self.session)
+        errors = registry.pop_errors()
+        if errors:
+            raise self.CollectError(
+                "could not load reward functions:\n" + "\n".join(f"  {e}" for e in errors)
+            )
+        _, explicit, globbed = rs.wants_file(self.path)
+        functions = rs.functions_for(self.path, explicit=explicit, globbed=globbed)
+        broken = [fn for fn in functions if fn.error and not getattr(fn, "_reported", False)]
+        if broken:
+            for fn in broken:
+                fn._reported = True  # type: ignore[attr-defined]
+            raise self.CollectError("\n".join(fn.error for fn in broken if fn.error))
+        functions = [fn for fn in functions if fn.error is None]
+        if not functions:
+            return
+        settings = rs.settings
+        label = rs.rel(self.path)
+        granularity = settings.granularity
+        if granularity == "auto":
+            lines = count_lines(self.path, limit=settings.max_items_per_file)
+            granularity = "sample" if lines <= settings.max_items_per_file else "file"
+        if granularity == "file":
+            for fn in functions:
+                yield FileItem.from_parent(self, name=fn.name, fn=fn, invoker=Invoker(fn, label), rs=rs)
+            return
+        yield from self._sample_items(rs, functions, label)
+
+    def _sample_items(
+        self, rs: RewardSession, functions: list[RewardFn], label: str
+    ) -> Iterator[pytest.Item]:
+        settings = rs.settings
+        samples: list[Sample] = []
+        errors: list[SampleError] = []
+        seen: dict[str, int] = {}
+        for record in iter_samples(self.path, max_line_bytes=settings.max_line_bytes):
+            if isinstance(record, SampleError):
+                errors.append(record)
+            elif record.id is not None and record.id in seen:
+                errors.append(
+                    SampleError(
+                        record.path,
+                        record.line,
+                        f"duplicate id {record.id!r} (first at line {seen[record.id]})",
+                    )
+                )
+            else:
+                if record.id is not None:
+                    seen[record.id] = record.line
+                samples.append(record)
+        if not samples and not errors:
+            errors.append(SampleError(self.path, 1, "the file has no samples (it is empty)"))
+        total = len(samples) + len(errors)
+        groups = {fn.name: {"function": fn.name, "file": label, "total": total} for fn in functions}
+        for err in errors:
+            yield LineErrorItem.from_parent(
+                self,
+                name=err.label,
+                error=err,
+                functions=functions,
+                file_label=label,
+                groups=list(groups.values()),
+            )
+        for fn in functions:
+            invoker = Invoker(fn, label)
+            batch = (
+                BatchScheduler(invoker, [s for s in samples if not s.prompt_only], settings.batch_size)
+                if invoker.batch
+                else None
+            )
+            for sample in samples:
+                yield SampleItem.from_parent(
+                    self,
+                    name=f"{fn.name}[{sample.label}]",
+                    fn=fn,
+                    invoker=invoker,
+                    sample=sample,
+                    group=groups[fn.name],
+                    batch=batch,
+                )
+
+
+def below_status(report: pytest.TestReport) -> tuple[str, str, str] | None:
+    """The terminal status of a sample that missed its threshold but is tolerated by a pass-rate gate."""
+    data = getattr(report, "reward", None)
+    if report.when == "call" and report.passed and data and data.get("verdict") == BELOW:
+        return "below threshold", "b", "BELOW THRESHOLD"
+    return None

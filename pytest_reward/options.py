@@ -1,0 +1,319 @@
+"""Every command-line option and ini value of the plugin, declared once.
+
+``register`` adds them to pytest's parser; ``resolve`` turns a ``pytest.Config`` into an immutable ``Settings``
+(command line over ini, validated, errors naming their source). The README's option table is checked against
+``OPTIONS`` by a test.
+"""
+
+from __future__ import annotations
+
+import glob
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .thresholds import GateError, Gates, parse_quantile_text, validate_marker
+
+__all__ = ["OPTIONS", "Option", "Settings", "register", "resolve"]
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting: a command-line flag, an ini key, or both."""
+
+    flag: str | None
+    ini: str | None
+    kind: str  # "float", "int", "str", "paths", "args", "choice", "bool"
+    default: Any
+    help: str
+    metavar: str | None = None
+    choices: tuple[str, ...] = ()
+    append: bool = False
+
+    @property
+    def dest(self) -> str:
+        name = self.flag or f"--{self.ini}"
+        return name.lstrip("-").replace("-", "_")
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "--reward-samples",
+        None,
+        "paths",
+        [],
+        "JSONL samples file (repeatable, globs allowed); meets every reward function found.",
+        metavar="PATH",
+        append=True,
+    ),
+    Option(
+        "--reward-fn",
+        None,
+        "str",
+        [],
+        "Use only this reward function: path.py::name or package.module:name (repeatable).",
+        metavar="SPEC",
+        append=True,
+    ),
+    Option(
+        None,
+        "reward_modules",
+        "args",
+        ["main.py", "reward_*.py", "*_reward.py", "rewards.py"],
+        "File patterns of modules searched for @reward_function definitions (test modules are searched too).",
+    ),
+    Option(
+        None,
+        "reward_samples_glob",
+        "args",
+        [],
+        "File patterns of JSONL files collected like test files; "
+        "they meet the reward functions of their directory tree.",
+    ),
+    Option(
+        "--reward-threshold",
+        "reward_threshold",
+        "float",
+        None,
+        "Default per-sample pass score.",
+        metavar="SCORE",
+    ),
+    Option(
+        "--reward-mean",
+        "reward_mean",
+        "float",
+        None,
+        "Default gate on the mean score per function x file.",
+        metavar="SCORE",
+    ),
+    Option(
+        "--reward-pass-rate",
+        "reward_pass_rate",
+        "float",
+        None,
+        "Default gate on the fraction of passing samples.",
+        metavar="RATE",
+    ),
+    Option(
+        "--reward-quantile",
+        "reward_quantile",
+        "str",
+        None,
+        "Default quantile gates, Q:BOUND pairs (e.g. 0.1:0.3).",
+        metavar="Q:BOUND",
+    ),
+    Option(
+        "--reward-confidence",
+        "reward_confidence",
+        "float",
+        None,
+        "Gate mean and pass rate on the lower bound of this two-sided interval (bootstrap / Wilson).",
+        metavar="LEVEL",
+    ),
+    Option(
+        "--reward-granularity",
+        "reward_granularity",
+        "choice",
+        "auto",
+        "One item per sample ('sample'), one "
+        "per function x file ('file'), or 'auto' (sample up to reward_max_items_per_file lines).",
+        choices=("auto", "sample", "file"),
+    ),
+    Option(
+        None,
+        "reward_max_items_per_file",
+        "int",
+        10000,
+        "In auto granularity, files with more lines than this become one item per function.",
+    ),
+    Option(
+        None,
+        "reward_max_line_bytes",
+        "int",
+        8 * 1024 * 1024,
+        "Longest accepted JSONL line in bytes; longer lines are reported as errors.",
+    ),
+    Option(
+        "--reward-workers",
+        "reward_workers",
+        "int",
+        1,
+        "Threads (or concurrent coroutines) scoring samples "
+        "in file granularity, for I/O-bound reward functions.",
+        metavar="N",
+    ),
+    Option(
+        "--reward-batch-size",
+        "reward_batch_size",
+        "int",
+        32,
+        "Chunk size for @reward_function(mode='batch').",
+        metavar="N",
+    ),
+    Option(
+        "--reward-seed",
+        "reward_seed",
+        "int",
+        0,
+        "Seed of bootstrap intervals and sampled previews.",
+        metavar="N",
+    ),
+    Option(None, "reward_bootstrap_resamples", "int", 2000, "Bootstrap resamples for confidence intervals."),
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The plugin's settings for one session, resolved once."""
+
+    samples: tuple[Path, ...] = ()
+    fn_specs: tuple[str, ...] = ()
+    reward_modules: tuple[str, ...] = ()
+    samples_glob: tuple[str, ...] = ()
+    defaults: Gates = field(default_factory=Gates)
+    granularity: str = "auto"
+    max_items_per_file: int = 10000
+    max_line_bytes: int = 8 * 1024 * 1024
+    workers: int = 1
+    batch_size: int = 32
+    seed: int = 0
+    n_resamples: int = 2000
+
+    @property
+    def active(self) -> bool:
+        """Whether the user asked for reward testing on the command line or in ini."""
+        return bool(self.samples or self.fn_specs or self.samples_glob)
+
+
+def register(parser: pytest.Parser) -> None:
+    group = parser.getgroup("reward", "reward functions as tests (pytest-reward)")
+    for opt in OPTIONS:
+        if opt.flag:
+            kwargs: dict[str, Any] = {"dest": opt.dest, "help": opt.help}
+            if opt.append:
+                kwargs.update(action="append", default=[])
+            elif opt.kind == "bool":
+                kwargs.update(action="store_true", default=None)
+            else:
+                kwargs.update(default=None)
+                if opt.choices:
+                    kwargs["choices"] = opt.choices
+            if opt.metavar:
+                kwargs["metavar"] = opt.metavar
+            group.addoption(opt.flag, **kwargs)
+        if opt.ini:
+            ini_type = {"args": "args", "bool": "bool"}.get(opt.kind, "string")
+            default = (
+                opt.default
+                if opt.kind in ("args", "bool")
+                else (None if opt.default is None else str(opt.default))
+            )
+            parser.addini(opt.ini, opt.help, type=ini_type, default=default)
+
+
+def _raw(config: pytest.Config, opt: Option) -> tuple[Any, str]:
+    """The value of ``opt`` and where it came from: command line over ini over default."""
+    if opt.flag:
+        value = config.getoption(opt.dest, default=None)
+        if value not in (None, []):
+            return value, opt.flag
+    if opt.ini:
+        value = config.getini(opt.ini)
+        if value not in (None, "", []):
+            return value, f"ini {opt.ini}"
+    return opt.default, "default"
+
+
+def _convert(opt: Option, value: Any, source: str) -> Any:
+    if value is None or opt.kind in ("args", "paths", "bool") or isinstance(value, list):
+        return value
+    try:
+        if opt.kind == "float":
+            out = float(value)
+            if not math.isfinite(out):
+                raise ValueError
+            return out
+        if opt.kind == "int":
+            return int(value)
+    except (TypeError, ValueError):
+        raise pytest.UsageError(
+            f"{source}: expected {'a number' if opt.kind == 'float' else 'an integer'}, got {value!r}"
+        ) from None
+    if opt.choices and value not in opt.choices:
+        raise pytest.UsageError(f"{source}: expected one of {', '.join(opt.choices)}, got {value!r}")
+    return value
+
+
+def _expand_samples(values: list[str], base: Path) -> tuple[Path, ...]:
+    out: dict[Path, None] = {}
+    for value in values:
+        pattern = os.path.expanduser(value)
+        if not os.path.isabs(pattern):
+            pattern = str(base / pattern)
+        if any(c in value for c in "*?["):
+            matches = sorted(Path(p) for p in glob.glob(pattern, recursive=True))
+            files = [m for m in matches if m.is_file()]
+            if not files:
+                raise pytest.UsageError(f"--reward-samples {value}: no file matches this pattern")
+        else:
+            path = Path(pattern)
+            if path.is_dir():
+                raise pytest.UsageError(
+                    f"--reward-samples {value}: is a directory; pass JSONL files or a glob such as {value.rstrip('/')}/*.jsonl"
+                )
+            if not path.exists():
+                raise pytest.UsageError(f"--reward-samples {value}: file not found")
+            files = [path]
+        for f in files:
+            out.setdefault(f.resolve(), None)
+    return tuple(out)
+
+
+def _positive(name: str, value: int, source: str, minimum: int = 1) -> int:
+    if value < minimum:
+        raise pytest.UsageError(f"{source}: {name} must be ≥ {minimum}, got {value}")
+    return value
+
+
+def resolve(config: pytest.Config) -> Settings:
+    """Resolve and validate all settings. Raises ``pytest.UsageError`` naming the bad value's source."""
+    values: dict[str, tuple[Any, str]] = {}
+    for opt in OPTIONS:
+        raw, source = _raw(config, opt)
+        values[opt.dest] = (_convert(opt, raw, source), source)
+
+    defaults = Gates()
+    try:
+        for key in ("threshold", "mean", "pass_rate", "confidence", "quantile"):
+            value, source = values[f"reward_{key}"]
+            if value is None:
+                continue
+            if key == "quantile":
+                value = parse_quantile_text(value, source)
+            defaults = defaults.merged(validate_marker((), {key: value}, source), source)
+    except GateError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+    samples = _expand_samples(values["reward_samples"][0], config.invocation_params.dir)
+    return Settings(
+        samples=samples,
+        fn_specs=tuple(values["reward_fn"][0]),
+        reward_modules=tuple(values["reward_modules"][0]),
+        samples_glob=tuple(values["reward_samples_glob"][0]),
+        defaults=defaults,
+        granularity=values["reward_granularity"][0],
+        max_items_per_file=_positive(
+            "reward_max_items_per_file", *values["reward_max_items_per_file"], minimum=0
+        ),
+        max_line_bytes=_positive("reward_max_line_bytes", *values["reward_max_line_bytes"], minimum=1024),
+        workers=_positive("--reward-workers", *values["reward_workers"]),
+        batch_size=_positive("--reward-batch-size", *values["reward_batch_size"]),
+        seed=values["reward_seed"][0],
+        n_resamples=_positive(
+            "reward_bootstrap_resamples", *values["reward_bootstrap_resamples"], minimum=100
+        ),
+    )

@@ -1,0 +1,157 @@
+"""pytest hooks of pytest-reward. Wiring only: every hook delegates, and none imports pydantic, numpy, rich or
+jax unless reward testing is actually in use."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from . import options
+from .session import RewardSession, session_key
+
+MARKER_DOC = (
+    "reward(threshold=None, mean=None, pass_rate=None, quantile=None, confidence=None, metrics=None, "
+    "samples=None, rollout=None): thresholds and samples of a reward function. threshold: per-sample pass score; "
+    "mean / pass_rate / quantile={q: bound}: aggregate gates per function x samples file; confidence: gate on "
+    "the lower bound of a bootstrap (mean) / Wilson (rate) interval; metrics={name: {...}}: the same per metric; "
+    "samples: JSONL file(s) for this function."
+)
+
+
+def _state(config: pytest.Config) -> RewardSession | None:
+    return config.stash.get(session_key, None)
+
+
+def _is_controller(config: pytest.Config) -> bool:
+    return not hasattr(config, "workerinput")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    options.register(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", MARKER_DOC)
+    settings = options.resolve(config)
+    rs = RewardSession(config, settings)
+    rs.note_explicit(list(config.args))
+    config.stash[session_key] = rs
+    config.pluginmanager.register(RewardHooks(rs), "pytest-reward-session")
+    # Named samples files become collection arguments (pytest de-duplicates overlaps).
+    for path in settings.samples:
+        if str(path) not in config.args:
+            config.args.append(str(path))
+
+
+def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    rs = _state(config)
+    if rs is None or not rs.active:
+        return None
+    s = rs.settings
+    if s.granularity == "auto":
+        gran = f"sample items up to {s.max_items_per_file} lines per file, one item per function above"
+    else:
+        gran = f"{s.granularity} items"
+    return [f"reward: {gran}; seed {s.seed}"]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection(session: pytest.Session) -> None:
+    rs = _state(session.config)
+    if rs is None or not rs.active:
+        return
+    registry = rs.discover(session)
+    rs.check_found()
+    for path in registry.bound_paths():
+        if str(path) not in session.config.args:
+            session.config.args.append(str(path))
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    if file_path.suffix != ".jsonl":
+        return None
+    rs = _state(parent.config)
+    if rs is None:
+        return None
+    if not rs.active and not parent.session.isinitpath(file_path):
+        return None
+    if parent.session.isinitpath(file_path):
+        rs.explicit_files.add(file_path.resolve())
+    collect, _, _ = rs.wants_file(file_path)
+    if not collect:
+        return None
+    from .items import SamplesFile
+
+    return SamplesFile.from_parent(parent, path=file_path)
+
+
+def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object) -> list[Any] | None:
+    """Reward functions are scored on samples; pytest must not collect them as plain tests."""
+    if callable(obj) and (hasattr(obj, "__reward_spec__") or hasattr(obj, "_reward_function_mode")):
+        return []
+    return None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if call.when == "call":
+        from .items import REWARD_DATA
+
+        data = item.stash.get(REWARD_DATA, None)
+        if data is not None:
+            report.reward = data
+    return report
+
+
+def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> tuple[str, str, str] | None:
+    if getattr(report, "reward", None) is None:
+        return None
+    from .items import below_status
+
+    return below_status(report)
+
+
+class RewardHooks:
+    """Hooks that need the session state but are not handed a config (registered per session)."""
+
+    def __init__(self, rs: RewardSession) -> None:
+        self.rs = rs
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "call" and not self.rs.is_worker and getattr(report, "reward", None) is not None:
+            self.rs.add_report(report)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> Any:
+        # Aggregate gates are judged once, here, on the controller (pytest-cov's --cov-fail-under pattern).
+        result = yield
+        rs = self.rs
+        if rs.is_worker or session.config.option.collectonly:
+            return result
+        failed = sum(len(r.failed_gates) for r in rs.finish())
+        if failed:
+            session.testsfailed += failed
+        return result
+
+    def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+        if self.rs.is_worker or not self.rs.reports:
+            return
+        from .report.terminal import write_summary
+
+        write_summary(terminalreporter, self.rs)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        import sys
+
+        scoring = sys.modules.get("pytest_reward.scoring")
+        if scoring is not None:
+            scoring.close_loop()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    plugin = config.pluginmanager.get_plugin("pytest-reward-session")
+    if plugin is not None:
+        config.pluginmanager.unregister(plugin)

@@ -1,0 +1,1 @@
+"""Outputs of a run: the terminal table (rich), result files, CI surfaces."""

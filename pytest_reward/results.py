@@ -1,0 +1,397 @@
+"""Per-sample outcomes and per-(function × file) aggregates.
+
+Data flows one way: a reward function's ``EvaluateResult`` (or its exception) → ``judge`` → ``SampleOutcome``
+(plain data, travels through xdist reports) → ``GroupAccumulator`` → ``Summary`` → ``evaluate_gates``.
+
+Errors count as failures in every aggregate: an errored sample never passes, and in means and quantiles it counts
+as the lowest of 0 and the lowest score observed in its group (so an error can never raise an aggregate).
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .thresholds import Gates, MetricGates
+
+if TYPE_CHECKING:
+    from .models import EvaluateResult
+    from .samples import Expect
+    from .stats import Interval
+
+__all__ = ["GateResult", "GroupAccumulator", "SampleOutcome", "Summary", "evaluate_gates", "judge"]
+
+PASS, BELOW, FAIL = "pass", "below", "fail"
+
+
+@dataclass(slots=True)
+class SampleOutcome:
+    """The verdict on one sample for one reward function. Only builtin types: it crosses process boundaries."""
+
+    function: str
+    file: str
+    line: int
+    sample_id: str
+    key: str
+    verdict: str
+    score: float | None = None
+    is_score_valid: bool = True
+    reason: str | None = None
+    metrics: dict[str, dict[str, Any]] = field(default_factory=dict)
+    error: str | None = None
+    failures: list[str] = field(default_factory=list)
+    below: list[str] = field(default_factory=list)
+    duration: float = 0.0
+    user: str | None = None
+    response: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == PASS
+
+    @property
+    def errored(self) -> bool:
+        return self.score is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SampleOutcome:
+        return cls(**data)
+
+
+def _metric_scores(result: EvaluateResult) -> dict[str, dict[str, Any]]:
+    return {
+        name: {"score": float(m.score), "valid": bool(m.is_score_valid), "reason": m.reason}
+        for name, m in result.metrics.items()
+    }
+
+
+def judge(
+    result: EvaluateResult | None,
+    gates: Gates,
+    expect: Expect | None,
+    *,
+    error: str | None = None,
+) -> tuple[str, float | None, dict[str, dict[str, Any]], list[str], list[str]]:
+    """Per-sample verdict. Returns ``(verdict, score, metrics, failures, below)``.
+
+    ``score`` is None when the sample errored (exception, invalid result, non-finite score, invalid flag).
+    ``below`` lists threshold misses that an aggregate ``pass_rate`` gate tolerates.
+    """
+    if result is None:
+        return FAIL, None, {}, [error or "no result"], []
+    failures: list[str] = []
+    below: list[str] = []
+    metrics = _metric_scores(result)
+    score: float | None = float(result.score)
+    if not math.isfinite(score):
+        failures.append(f"score is {score!r}: a reward must be a finite number")
+        score = None
+    elif not result.is_score_valid:
+        failures.append(
+            "the result is marked is_score_valid=False" + (f": {result.reason}" if result.reason else "")
+        )
+        score = None
+    if result.error:
+        failures.append(f"the reward function reported an error: {result.error}")
+        score = None
+    if score is not None:
+        if gates.threshold is not None and score < gates.threshold:
+            msg = f"score {score:.4g} < threshold {gates.threshold:g}"
+            (below if gates.pass_rate is not None else failures).append(msg)
+        if expect is not None and expect.score is not None:
+            problem = expect.score.check(score)
+            if problem:
+                failures.append(f"expect score: {problem}")
+    for name, mg in gates.metrics:
+        value = metrics.get(name)
+        if value is None:
+            if score is not None and (mg.threshold is not None or mg.has_aggregate):
+                failures.append(f"metric {name!r} is missing from the result (it has gates)")
+            continue
+        if mg.threshold is not None and value["score"] < mg.threshold:
+            msg = f"metric {name!r} {value['score']:.4g} < threshold {mg.threshold:g}"
+            (below if mg.pass_rate is not None else failures).append(msg)
+    if expect is not None:
+        for name, bound in expect.metrics:
+            value = metrics.get(name)
+            if value is None:
+                failures.append(f"expect metric {name!r}: the result has no such metric")
+            else:
+                problem = bound.check(value["score"])
+                if problem:
+                    failures.append(f"expect metric {name!r}: {problem}")
+    verdict = FAIL if failures else (BELOW if below else PASS)
+    return verdict, score, metrics, failures, below
+
+
+# --- aggregation -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class GateResult:
+    """One aggregate gate, evaluated (or not, with the reason in ``note``)."""
+
+    target: str
+    gate: str
+    bound: float
+    value: float | None = None
+    compared: float | None = None
+    interval: dict[str, Any] | None = None
+    passed: bool = True
+    evaluated: bool = True
+    note: str = ""
+
+    def describe(self) -> str:
+        what = f"{self.gate}" if self.target == "score" else f"{self.target} {self.gate}"
+        if not self.evaluated:
+            return f"{what} ≥ {self.bound:g} not evaluated: {self.note}"
+        text = f"{what} {self.value:.4g}"
+        if self.interval is not None:
+            ci = self.interval
+            text += f" (CI lower bound {ci['low']:.4g}, {ci['confidence']:.0%} {ci['method']})"
+        op = "≥" if self.passed else "<"
+        return f"{text} {op} {self.bound:g}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class MetricSummary:
+    n: int
+    mean: float
+    min: float
+    pass_rate: float | None = None
+    quantiles: dict[str, float] = field(default_factory=dict)
+    mean_ci: dict[str, Any] | None = None
+    pass_ci: dict[str, Any] | None = None
+
+
+@dataclass
+class Summary:
+    """Aggregates of one function × samples file. Only builtin types (crosses xdist)."""
+
+    function: str
+    file: str
+    n: int
+    n_errors: int
+    n_pass: int
+    n_below: int
+    n_fail: int
+    mean: float | None
+    min: float | None
+    max: float | None
+    p10: float | None
+    pass_rate: float | None
+    mean_ci: dict[str, Any] | None
+    quantiles: dict[str, float] = field(default_factory=dict)
+    gate_mean_ci: dict[str, Any] | None = None
+    gate_pass_ci: dict[str, Any] | None = None
+    metrics: dict[str, MetricSummary] = field(default_factory=dict)
+    expected: int | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.expected is None or self.n >= self.expected
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Summary:
+        data = dict(data)
+        data["metrics"] = {k: MetricSummary(**v) for k, v in data.get("metrics", {}).items()}
+        return cls(**data)
+
+
+class GroupAccumulator:
+    """Streams outcomes of one function × file; keeps only compact arrays (8 bytes per sample and metric)."""
+
+    def __init__(self, function: str, file: str, gates: Gates) -> None:
+        self.function = function
+        self.file = file
+        self.gates = gates
+        self.scores = array("d")
+        self.n = 0
+        self.n_errors = 0
+        self.n_pass = 0
+        self.n_below = 0
+        self.n_fail = 0
+        self._gated_metrics = {name for name, _ in gates.metrics}
+        self.metric_values: dict[str, array] = {}
+        self.metric_errors: dict[str, int] = {}
+        self.metric_pass: dict[str, int] = {}
+
+    def add(self, outcome: SampleOutcome) -> None:
+        self.n += 1
+        if outcome.verdict == PASS:
+            self.n_pass += 1
+        elif outcome.verdict == BELOW:
+            self.n_below += 1
+        else:
+            self.n_fail += 1
+        if outcome.score is None:
+            self.n_errors += 1
+            for name in self._gated_metrics:
+                self.metric_errors[name] = self.metric_errors.get(name, 0) + 1
+            return
+        self.scores.append(outcome.score)
+        gates = self.gates.metric_map
+        for name, value in outcome.metrics.items():
+            self.metric_values.setdefault(name, array("d")).append(value["score"])
+            mg = gates.get(name)
+            if mg is not None and mg.threshold is not None and value["score"] >= mg.threshold:
+                self.metric_pass[name] = self.metric_pass.get(name, 0) + 1
+        for name in self._gated_metrics - outcome.metrics.keys():
+            self.metric_errors[name] = self.metric_errors.get(name, 0) + 1
+
+    def extend(self, outcomes: Iterable[SampleOutcome]) -> None:
+        for outcome in outcomes:
+            self.add(outcome)
+
+    def summary(self, *, seed: int = 0, n_resamples: int = 2000, expected: int | None = None) -> Summary:
+        import numpy as np
+
+        from .stats import bootstrap_mean_ci, wilson_interval
+
+        gates = self.gates
+        conf = gates.confidence
+        base = dict(
+            function=self.function,
+            file=self.file,
+            n=self.n,
+            n_errors=self.n_errors,
+            n_pass=self.n_pass,
+            n_below=self.n_below,
+            n_fail=self.n_fail,
+            expected=expected,
+        )
+        if self.n == 0:
+            return Summary(**base, mean=None, min=None, max=None, p10=None, pass_rate=None, mean_ci=None)
+        valid = np.frombuffer(self.scores, dtype=np.float64) if len(self.scores) else np.empty(0)
+        fill = min(0.0, float(valid.min())) if valid.size else 0.0
+        values = np.concatenate([valid, np.full(self.n_errors, fill)]) if self.n_errors else valid
+        qs = sorted({0.1, *(q for q, _ in gates.quantile)})
+        quantiles = {f"{q:g}": float(v) for q, v in zip(qs, np.quantile(values, qs), strict=True)}
+
+        def ci(vals: Any, level: float) -> dict[str, Any]:
+            return _interval_dict(bootstrap_mean_ci(vals, level, n_resamples=n_resamples, seed=seed))
+
+        metrics: dict[str, MetricSummary] = {}
+        for name in sorted(set(self.metric_values) | self._gated_metrics):
+            mv = np.frombuffer(self.metric_values.get(name, array("d")), dtype=np.float64)
+            errors = self.metric_errors.get(name, 0)
+            if errors:
+                mv = np.concatenate([mv, np.zeros(errors)])
+            if mv.size == 0:
+                continue
+            mg = gates.metric_map.get(name, MetricGates())
+            mqs = sorted(q for q, _ in mg.quantile)
+            n_ok = self.metric_pass.get(name, 0)
+            metrics[name] = MetricSummary(
+                n=int(mv.size),
+                mean=float(mv.mean()),
+                min=float(mv.min()),
+                pass_rate=(n_ok / mv.size) if mg.threshold is not None else None,
+                quantiles={f"{q:g}": float(v) for q, v in zip(mqs, np.quantile(mv, mqs), strict=True)}
+                if mqs
+                else {},
+                mean_ci=ci(mv, conf) if (conf and mg.mean is not None) else None,
+                pass_ci=_interval_dict(wilson_interval(n_ok, int(mv.size), conf))
+                if (conf and mg.pass_rate is not None)
+                else None,
+            )
+        return Summary(
+            **base,
+            mean=float(values.mean()),
+            min=float(values.min()),
+            max=float(values.max()),
+            p10=quantiles["0.1"],
+            pass_rate=self.n_pass / self.n,
+            mean_ci=ci(values, 0.95),
+            quantiles=quantiles,
+            gate_mean_ci=ci(values, conf) if (conf and gates.mean is not None) else None,
+            gate_pass_ci=_interval_dict(wilson_interval(self.n_pass, self.n, conf))
+            if (conf and gates.pass_rate is not None)
+            else None,
+            metrics=metrics,
+        )
+
+
+def _interval_dict(interval: Interval) -> dict[str, Any]:
+    return interval.to_dict()
+
+
+def _gate(
+    target: str, gate: str, bound: float, value: float | None, interval: dict[str, Any] | None
+) -> GateResult:
+    if value is None:
+        return GateResult(target, gate, bound, passed=False, evaluated=True, note="no samples scored")
+    compared = interval["low"] if interval is not None else value
+    return GateResult(target, gate, bound, value, compared, interval, passed=compared >= bound)
+
+
+def evaluate_gates(summary: Summary, gates: Gates) -> list[GateResult]:
+    """Evaluate every aggregate gate of ``gates`` on ``summary``."""
+    results: list[GateResult] = []
+    if not summary.complete:
+        note = f"partial run ({summary.n} of {summary.expected} samples ran)"
+        for target, gate, bound in _declared(gates):
+            results.append(GateResult(target, gate, bound, passed=True, evaluated=False, note=note))
+        return results
+    if summary.n == 0:
+        for target, gate, bound in _declared(gates):
+            results.append(GateResult(target, gate, bound, passed=False, note="no samples"))
+        return results
+    if gates.mean is not None:
+        results.append(_gate("score", "mean", gates.mean, summary.mean, summary.gate_mean_ci))
+    if gates.pass_rate is not None:
+        results.append(_gate("score", "pass_rate", gates.pass_rate, summary.pass_rate, summary.gate_pass_ci))
+    for q, bound in gates.quantile:
+        results.append(_gate("score", f"quantile({q:g})", bound, summary.quantiles.get(f"{q:g}"), None))
+    for name, mg in gates.metrics:
+        ms = summary.metrics.get(name)
+        target = f"metric {name!r}"
+        if mg.mean is not None:
+            results.append(
+                _gate(target, "mean", mg.mean, ms.mean if ms else None, ms.mean_ci if ms else None)
+            )
+        if mg.pass_rate is not None:
+            results.append(
+                _gate(
+                    target,
+                    "pass_rate",
+                    mg.pass_rate,
+                    ms.pass_rate if ms else None,
+                    ms.pass_ci if ms else None,
+                )
+            )
+        for q, bound in mg.quantile:
+            results.append(
+                _gate(target, f"quantile({q:g})", bound, ms.quantiles.get(f"{q:g}") if ms else None, None)
+            )
+    return results
+
+
+def _declared(gates: Gates) -> list[tuple[str, str, float]]:
+    out: list[tuple[str, str, float]] = []
+    if gates.mean is not None:
+        out.append(("score", "mean", gates.mean))
+    if gates.pass_rate is not None:
+        out.append(("score", "pass_rate", gates.pass_rate))
+    out.extend(("score", f"quantile({q:g})", b) for q, b in gates.quantile)
+    for name, mg in gates.metrics:
+        target = f"metric {name!r}"
+        if mg.mean is not None:
+            out.append((target, "mean", mg.mean))
+        if mg.pass_rate is not None:
+            out.append((target, "pass_rate", mg.pass_rate))
+        out.extend((target, f"quantile({q:g})", b) for q, b in mg.quantile)
+    return out

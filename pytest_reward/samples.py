@@ -1,0 +1,351 @@
+"""Streaming JSONL reader: one ``Sample`` per line, or a ``SampleError`` that names ``file:line``.
+
+A line is a JSON object with ``messages`` (a list of ``{"role", "content", ...}``; ``content`` may be null when
+``tool_calls`` is given) or, for prompt-only samples, ``prompt``. Optional keys: ``id`` (string or integer),
+``ground_truth`` or ``ground_truth_for_eval`` (forwarded as ``ground_truth``), ``expect`` (the golden expectation
+for this sample). Every other key is forwarded to the reward function as a keyword argument.
+
+The reader never holds more than one line in memory: files are read in binary, line by line, with a size cap
+(lines over it are reported, not loaded). UTF-8 with or without BOM; CRLF line ends; blank lines skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "DEFAULT_MAX_LINE_BYTES",
+    "Expect",
+    "Sample",
+    "SampleError",
+    "count_lines",
+    "iter_samples",
+    "parse_expect",
+    "parse_record",
+]
+
+DEFAULT_MAX_LINE_BYTES = 8 * 1024 * 1024
+_BOM = b"\xef\xbb\xbf"
+_MISSING: Any = object()
+_RESERVED = ("messages", "prompt", "id", "ground_truth", "ground_truth_for_eval", "expect")
+
+
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """An expectation on one number: ``score ± tol``, and/or ``min`` / ``max``."""
+
+    equals: float | None = None
+    tol: float = 1e-6
+    min: float | None = None
+    max: float | None = None
+
+    def check(self, value: float) -> str | None:
+        """None when ``value`` meets the bound, else what went wrong."""
+        if self.equals is not None and not abs(value - self.equals) <= self.tol:
+            return f"expected {self.equals:g} ± {self.tol:g}, got {value:.6g}"
+        if self.min is not None and not value >= self.min:
+            return f"expected ≥ {self.min:g}, got {value:.6g}"
+        if self.max is not None and not value <= self.max:
+            return f"expected ≤ {self.max:g}, got {value:.6g}"
+        return None
+
+    def describe(self) -> str:
+        parts = []
+        if self.equals is not None:
+            parts.append(f"{self.equals:g} ± {self.tol:g}")
+        if self.min is not None:
+            parts.append(f"≥ {self.min:g}")
+        if self.max is not None:
+            parts.append(f"≤ {self.max:g}")
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class Expect:
+    """Golden expectation of one sample: a bound on the score and bounds on named metrics."""
+
+    score: Bound | None = None
+    metrics: tuple[tuple[str, Bound], ...] = ()
+
+
+@dataclass(slots=True)
+class Sample:
+    """One parsed line of a samples file."""
+
+    path: Path
+    line: int
+    id: str | None
+    messages: list[dict[str, Any]] | None
+    prompt: str | None = None
+    ground_truth: Any = _MISSING
+    expect: Expect | None = None
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    record: dict[str, Any] | None = None
+
+    @property
+    def has_ground_truth(self) -> bool:
+        return self.ground_truth is not _MISSING
+
+    @property
+    def label(self) -> str:
+        """The item-name part: the sample's ``id``, else ``line-N``."""
+        return _safe_label(self.id) if self.id is not None else f"line-{self.line}"
+
+    @property
+    def location(self) -> str:
+        return f"{self.path.name}:{self.line}"
+
+    @property
+    def prompt_only(self) -> bool:
+        """True when the sample has no response yet: ``prompt`` given, or ``messages`` ending with a user turn."""
+        if self.messages is None:
+            return True
+        return bool(self.messages) and self.messages[-1].get("role") == "user"
+
+    @property
+    def key(self) -> str:
+        """Stable identity across runs: ``id:<id>`` when the sample has one, else a hash of its content."""
+        if self.id is not None:
+            return f"id:{self.id}"
+        return "sha1:" + content_hash(self.record or {})
+
+
+def content_hash(record: dict[str, Any]) -> str:
+    """SHA-1 of the record's canonical JSON (sorted keys, no whitespace), first 16 hex digits."""
+    canonical = json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha1(canonical.encode("utf-8")).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class SampleError:
+    """A line that is not a valid sample."""
+
+    path: Path
+    line: int
+    message: str
+
+    @property
+    def location(self) -> str:
+        return f"{self.path.name}:{self.line}"
+
+    @property
+    def label(self) -> str:
+        return f"line-{self.line}"
+
+
+class SampleFormatError(ValueError):
+    """Raised by ``parse_record`` with a message naming the offending field."""
+
+
+def _safe_label(value: str) -> str:
+    # Keep node ids parseable: no "::" and no control characters.
+    out = value.replace("::", ":_:")
+    if not out.isprintable():
+        out = "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" for ch in out)
+    return out
+
+
+def _describe(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _check_message(i: int, msg: Any) -> None:
+    where = f"messages[{i}]"
+    if not isinstance(msg, dict):
+        raise SampleFormatError(f"{where} must be an object, got {_describe(msg)}")
+    if "role" not in msg:
+        raise SampleFormatError(f"{where} has no 'role'")
+    role = msg["role"]
+    if not isinstance(role, str) or not role.strip():
+        raise SampleFormatError(f"{where}.role must be a non-empty string, got {_describe(role)}")
+    content = msg.get("content", "")
+    if content is None:
+        if not msg.get("tool_calls") and not msg.get("function_call"):
+            raise SampleFormatError(f"{where}.content is null but the message has no tool_calls")
+    elif isinstance(content, list):
+        for j, part in enumerate(content):
+            if not isinstance(part, dict):
+                raise SampleFormatError(f"{where}.content[{j}] must be an object, got {_describe(part)}")
+    elif not isinstance(content, str):
+        raise SampleFormatError(
+            f"{where}.content must be a string, a list of parts or null, got {_describe(content)}"
+        )
+    tool_calls = msg.get("tool_calls")
+    if tool_calls is not None and (
+        not isinstance(tool_calls, list) or not all(isinstance(t, dict) for t in tool_calls)
+    ):
+        raise SampleFormatError(f"{where}.tool_calls must be a list of objects")
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise SampleFormatError(f"{where} must be a finite number, got {_describe(value)}")
+    return float(value)
+
+
+def _parse_bound(spec: Any, where: str) -> Bound:
+    if not isinstance(spec, dict):
+        raise SampleFormatError(f'{where} must be an object like {{"score": 0.5, "tol": 0.01}}')
+    unknown = set(spec) - {"score", "tol", "min", "max"}
+    if unknown:
+        raise SampleFormatError(
+            f"{where} has unknown key(s) {sorted(unknown)}; allowed: score, tol, min, max"
+        )
+    if "tol" in spec and "score" not in spec:
+        raise SampleFormatError(f"{where}.tol needs {where}.score")
+    bound = Bound(
+        equals=_number(spec["score"], f"{where}.score") if "score" in spec else None,
+        tol=_number(spec["tol"], f"{where}.tol") if "tol" in spec else 1e-6,
+        min=_number(spec["min"], f"{where}.min") if "min" in spec else None,
+        max=_number(spec["max"], f"{where}.max") if "max" in spec else None,
+    )
+    if bound.tol < 0:
+        raise SampleFormatError(f"{where}.tol must be ≥ 0")
+    if bound.min is not None and bound.max is not None and bound.min > bound.max:
+        raise SampleFormatError(f"{where}: min {bound.min:g} > max {bound.max:g}")
+    return bound
+
+
+def parse_expect(spec: Any) -> Expect:
+    """Parse an ``expect`` object: ``{"score": .67, "tol": .01}``, ``{"min": .5}``, ``{"metrics": {...}}``."""
+    if not isinstance(spec, dict):
+        raise SampleFormatError(f"'expect' must be an object, got {_describe(spec)}")
+    metrics_spec = spec.get("metrics", {})
+    score_spec = {k: v for k, v in spec.items() if k != "metrics"}
+    if not isinstance(metrics_spec, dict):
+        raise SampleFormatError("'expect.metrics' must be an object mapping metric names to bounds")
+    if not score_spec and not metrics_spec:
+        raise SampleFormatError("'expect' is empty; give score/tol, min, max or metrics")
+    return Expect(
+        score=_parse_bound(score_spec, "expect") if score_spec else None,
+        metrics=tuple(
+            (str(name), _parse_bound(b, f"expect.metrics.{name}")) for name, b in sorted(metrics_spec.items())
+        ),
+    )
+
+
+def parse_record(record: Any, path: Path, line: int) -> Sample:
+    """Validate one decoded JSON value. Raises ``SampleFormatError`` naming the offending field."""
+    if not isinstance(record, dict):
+        raise SampleFormatError(f"each line must be a JSON object, got {type(record).__name__}")
+    messages = record.get("messages", _MISSING)
+    prompt = record.get("prompt")
+    if messages is _MISSING:
+        if prompt is None:
+            raise SampleFormatError("missing 'messages' (or 'prompt' for a prompt-only sample)")
+        messages = None
+    elif not isinstance(messages, list):
+        raise SampleFormatError(f"'messages' must be a list, got {type(messages).__name__}")
+    elif not messages:
+        raise SampleFormatError("'messages' is empty")
+    else:
+        for i, msg in enumerate(messages):
+            _check_message(i, msg)
+    if prompt is not None and not isinstance(prompt, str):
+        raise SampleFormatError(f"'prompt' must be a string, got {type(prompt).__name__}")
+    if prompt is not None and messages is not None:
+        raise SampleFormatError("give either 'messages' or 'prompt', not both")
+
+    sample_id = record.get("id")
+    if sample_id is not None:
+        if isinstance(sample_id, bool) or not isinstance(sample_id, (str, int)):
+            raise SampleFormatError(f"'id' must be a string or an integer, got {_describe(sample_id)}")
+        sample_id = str(sample_id)
+        if not sample_id.strip():
+            raise SampleFormatError("'id' is empty")
+
+    if "ground_truth" in record and "ground_truth_for_eval" in record:
+        raise SampleFormatError("give either 'ground_truth' or 'ground_truth_for_eval', not both")
+    ground_truth = record.get("ground_truth", record.get("ground_truth_for_eval", _MISSING))
+    expect = parse_expect(record["expect"]) if "expect" in record else None
+    kwargs = {k: v for k, v in record.items() if k not in _RESERVED}
+    return Sample(
+        path=path,
+        line=line,
+        id=sample_id,
+        messages=messages,
+        prompt=prompt,
+        ground_truth=ground_truth,
+        expect=expect,
+        kwargs=kwargs,
+        record=record,
+    )
+
+
+def _skip_rest_of_line(fh: Any, chunk: int = 1 << 20) -> int:
+    """Consume the remainder of an over-long line; return how many bytes were skipped."""
+    skipped = 0
+    while True:
+        part = fh.readline(chunk)
+        skipped += len(part)
+        if not part or part.endswith(b"\n"):
+            return skipped
+
+
+def iter_samples(
+    path: str | os.PathLike[str], *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+) -> Iterator[Sample | SampleError]:
+    """Yield a ``Sample`` or a ``SampleError`` for every non-blank line of ``path``, streaming."""
+    path = Path(path)
+    with open(path, "rb") as fh:
+        lineno = 0
+        while True:
+            raw = fh.readline(max_line_bytes + 1)
+            if not raw:
+                return
+            lineno += 1
+            if lineno == 1 and raw.startswith(_BOM):
+                raw = raw[len(_BOM) :]
+            if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
+                size = len(raw) + _skip_rest_of_line(fh)
+                yield SampleError(
+                    path,
+                    lineno,
+                    f"line is {size / 2**20:.1f} MiB, over the {max_line_bytes / 2**20:g} MiB limit "
+                    "(raise it with the ini option reward_max_line_bytes)",
+                )
+                continue
+            if not raw.strip():
+                continue
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                yield SampleError(
+                    path, lineno, f"not valid UTF-8 (byte {exc.start}: {raw[exc.start : exc.start + 1]!r})"
+                )
+                continue
+            try:
+                record = json.loads(text)
+            except json.JSONDecodeError as exc:
+                yield SampleError(path, lineno, f"invalid JSON: {exc.msg} at column {exc.colno}")
+                continue
+            try:
+                yield parse_record(record, path, lineno)
+            except SampleFormatError as exc:
+                yield SampleError(path, lineno, str(exc))
+
+
+def count_lines(path: str | os.PathLike[str], *, limit: int | None = None) -> int:
+    """Number of lines (a fast byte scan; stops early once ``limit`` is exceeded)."""
+    count = 0
+    with open(path, "rb") as fh:
+        tail = b"\n"
+        while True:
+            chunk = fh.read(1 << 20)
+            if not chunk:
+                break
+            count += chunk.count(b"\n")
+            tail = chunk[-1:]
+            if limit is not None and count > limit:
+                return count
+        if tail != b"\n":
+            count += 1
+    return count

@@ -1,0 +1,170 @@
+"""Intervals and paired comparisons, numpy only.
+
+Every interval says what it is:
+
+* ``bootstrap_mean_ci``: percentile bootstrap of the mean, ``n_resamples`` resamples drawn with a seeded
+  ``numpy.random.Generator`` (PCG64), so the same data and seed give the same interval on every machine. Above
+  ``exact_limit`` samples it switches to the normal approximation (the bootstrap distribution of a mean of that
+  many values is normal to well within the resampling noise) and says so in ``Interval.method``.
+* ``wilson_interval``: Wilson score interval of a binomial proportion (no continuity correction).
+* ``paired_bootstrap_delta``: percentile bootstrap of the mean of per-sample differences (current − baseline),
+  resampling sample indices, seeded.
+
+All functions return plain Python floats (xdist cannot serialise numpy scalars).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "Interval",
+    "bootstrap_mean_ci",
+    "normal_mean_ci",
+    "paired_bootstrap_delta",
+    "quantile",
+    "wilson_interval",
+    "z_value",
+]
+
+#: Above this many values the mean's bootstrap is replaced by the normal approximation.
+BOOTSTRAP_EXACT_LIMIT = 20_000
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A two-sided interval for an estimate, with the method that produced it."""
+
+    estimate: float
+    low: float
+    high: float
+    confidence: float
+    method: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "estimate": self.estimate,
+            "low": self.low,
+            "high": self.high,
+            "confidence": self.confidence,
+            "method": self.method,
+        }
+
+    def contains(self, value: float) -> bool:
+        return self.low <= value <= self.high
+
+
+def z_value(confidence: float) -> float:
+    """Two-sided standard normal quantile for ``confidence`` (1.959964 for 0.95)."""
+    _check_confidence(confidence)
+    return NormalDist().inv_cdf(0.5 + confidence / 2.0)
+
+
+def _check_confidence(confidence: float) -> None:
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+
+
+def _as_array(values: Sequence[float] | np.ndarray) -> np.ndarray:
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.ndim != 1:
+        raise ValueError("expected a one-dimensional sequence of numbers")
+    return arr
+
+
+def normal_mean_ci(values: Sequence[float] | np.ndarray, confidence: float = 0.95) -> Interval:
+    """Normal-approximation interval of the mean: mean ± z·s/√n (s = sample standard deviation)."""
+    arr = _as_array(values)
+    n = arr.size
+    if n == 0:
+        raise ValueError("no values")
+    mean = float(arr.mean())
+    if n == 1:
+        return Interval(mean, mean, mean, confidence, "normal")
+    half = z_value(confidence) * float(arr.std(ddof=1)) / math.sqrt(n)
+    return Interval(mean, mean - half, mean + half, confidence, "normal")
+
+
+def bootstrap_mean_ci(
+    values: Sequence[float] | np.ndarray,
+    confidence: float = 0.95,
+    *,
+    n_resamples: int = 2000,
+    seed: int = 0,
+    exact_limit: int = BOOTSTRAP_EXACT_LIMIT,
+) -> Interval:
+    """Percentile-bootstrap interval of the mean (seeded); normal approximation above ``exact_limit`` values."""
+    _check_confidence(confidence)
+    arr = _as_array(values)
+    n = arr.size
+    if n == 0:
+        raise ValueError("no values")
+    mean = float(arr.mean())
+    if n == 1 or float(arr.max()) == float(arr.min()):
+        return Interval(mean, mean, mean, confidence, f"bootstrap (B={n_resamples}, seed={seed})")
+    if n > exact_limit:
+        ci = normal_mean_ci(arr, confidence)
+        return Interval(mean, ci.low, ci.high, confidence, f"normal approximation (n={n} > {exact_limit})")
+    rng = np.random.default_rng(seed)
+    means = np.empty(n_resamples, dtype=np.float64)
+    # Resample in blocks so memory stays bounded (block x n indices at a time).
+    block = max(1, min(n_resamples, 4_000_000 // n))
+    for start in range(0, n_resamples, block):
+        stop = min(n_resamples, start + block)
+        idx = rng.integers(0, n, size=(stop - start, n))
+        means[start:stop] = arr[idx].mean(axis=1)
+    alpha = (1.0 - confidence) / 2.0
+    low, high = np.quantile(means, [alpha, 1.0 - alpha])
+    return Interval(mean, float(low), float(high), confidence, f"bootstrap (B={n_resamples}, seed={seed})")
+
+
+def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> Interval:
+    """Wilson score interval for ``successes`` out of ``n`` trials."""
+    if n <= 0:
+        raise ValueError("n must be positive")
+    if not 0 <= successes <= n:
+        raise ValueError(f"successes must be in [0, {n}], got {successes}")
+    z = z_value(confidence)
+    p = successes / n
+    denom = 1.0 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    low = 0.0 if successes == 0 else max(0.0, centre - half)  # exact at the edges (no rounding residue)
+    high = 1.0 if successes == n else min(1.0, centre + half)
+    return Interval(p, low, high, confidence, "Wilson score")
+
+
+def quantile(values: Sequence[float] | np.ndarray, q: float) -> float:
+    """The ``q`` quantile with linear interpolation (numpy's default, type 7)."""
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"quantile must be in [0, 1], got {q!r}")
+    arr = _as_array(values)
+    if arr.size == 0:
+        raise ValueError("no values")
+    return float(np.quantile(arr, q))
+
+
+def paired_bootstrap_delta(
+    current: Sequence[float] | np.ndarray,
+    baseline: Sequence[float] | np.ndarray,
+    confidence: float = 0.95,
+    *,
+    n_resamples: int = 2000,
+    seed: int = 0,
+    exact_limit: int = BOOTSTRAP_EXACT_LIMIT,
+) -> Interval:
+    """Interval of mean(current − baseline) over paired samples: percentile bootstrap over sample indices."""
+    cur = _as_array(current)
+    base = _as_array(baseline)
+    if cur.shape != base.shape:
+        raise ValueError(f"paired arrays differ in length: {cur.size} vs {base.size}")
+    ci = bootstrap_mean_ci(
+        cur - base, confidence, n_resamples=n_resamples, seed=seed, exact_limit=exact_limit
+    )
+    return Interval(ci.estimate, ci.low, ci.high, confidence, "paired " + ci.method)

@@ -1,0 +1,67 @@
+"""Helpers for end-to-end tests: write small reward projects into a pytester directory."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy  # noqa: F401  (imported before any in-process pytester run: numpy cannot be imported twice)
+import pytest
+import rich.console
+import rich.table  # noqa: F401
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "examples"
+
+
+def msgs(user: str, assistant: str | None = None) -> list[dict[str, Any]]:
+    out = [{"role": "user", "content": user}]
+    if assistant is not None:
+        out.append({"role": "assistant", "content": assistant})
+    return out
+
+
+class Project:
+    """A reward project inside a pytester directory."""
+
+    def __init__(self, pytester: pytest.Pytester) -> None:
+        self.pytester = pytester
+        self.path = pytester.path
+        # An ini file pins the rootdir to the project (and keeps the repo's own settings out).
+        pytester.makeini("[pytest]\n")
+
+    def file(self, name: str, text: str) -> Path:
+        path = self.path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip("\n"))
+        return path
+
+    def jsonl(self, name: str, rows: list[Any]) -> Path:
+        lines = [r if isinstance(r, str) else json.dumps(r) for r in rows]
+        path = self.path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(lines) + "\n")
+        return path
+
+    def run(self, *args: str) -> pytest.RunResult:
+        return self.pytester.runpytest("-p", "no:cacheprovider", *args)
+
+    def run_subprocess(self, *args: str) -> pytest.RunResult:
+        return self.pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
+
+    def outcomes(self, *args: str) -> list[dict[str, Any]]:
+        """Run in-process and return every per-sample outcome the plugin reported."""
+        rec = self.pytester.inline_run("-p", "no:cacheprovider", *args)
+        out = []
+        for report in rec.getreports("pytest_runtest_logreport"):
+            data = getattr(report, "reward", None)
+            if report.when == "call" and data:
+                out.extend(data.get("outcomes", []))
+        return out
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester) -> Project:
+    return Project(pytester)

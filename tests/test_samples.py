@@ -1,0 +1,180 @@
+"""Streaming JSONL reader: samples and file:line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pytest_reward.samples import Sample, SampleError, count_lines, iter_samples, parse_expect
+
+GOOD = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}
+
+
+def write(tmp_path: Path, data: bytes) -> Path:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(data)
+    return path
+
+
+def records(path: Path, **kw) -> list[Sample | SampleError]:
+    return list(iter_samples(path, **kw))
+
+
+def test_fields_ids_ground_truth_and_forwarded_kwargs(tmp_path):
+    rows = [
+        {**GOOD, "id": 7, "ground_truth": "42", "metadata": {"k": 1}},
+        {**GOOD, "ground_truth_for_eval": [1]},
+        GOOD,
+    ]
+    s1, s2, s3 = records(write(tmp_path, "\n".join(json.dumps(r) for r in rows).encode()))
+    assert (s1.id, s1.label, s1.ground_truth, s1.kwargs) == ("7", "7", "42", {"metadata": {"k": 1}})
+    assert s1.key == "id:7"
+    assert s2.ground_truth == [1] and s2.label == "line-2"
+    assert not s3.has_ground_truth and s3.key.startswith("sha1:")
+    assert (
+        s3.key == Sample(path=s3.path, line=99, id=None, messages=None, record=dict(GOOD)).key
+    )  # content, not position
+
+
+def test_bom_crlf_and_blank_lines(tmp_path):
+    data = (
+        b"\xef\xbb\xbf"
+        + json.dumps(GOOD).encode()
+        + b"\r\n\r\n   \n"
+        + json.dumps({**GOOD, "id": "x"}).encode()
+        + b"\r\n"
+    )
+    out = records(write(tmp_path, data))
+    assert [type(r) for r in out] == [Sample, Sample]
+    assert [r.line for r in out] == [1, 4]
+
+
+def test_tool_call_message_with_null_content(tmp_path):
+    row = {
+        "messages": [
+            {"role": "user", "content": "call it"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+            },
+        ]
+    }
+    (sample,) = records(write(tmp_path, json.dumps(row).encode()))
+    assert isinstance(sample, Sample)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (b"not json", "invalid JSON: Expecting value at column 1"),
+        (b"[1, 2]", "each line must be a JSON object, got list"),
+        (b'{"id": "x"}', "missing 'messages'"),
+        (b'{"messages": "hi"}', "'messages' must be a list, got str"),
+        (b'{"messages": []}', "'messages' is empty"),
+        (b'{"messages": [{"content": "x"}]}', "messages[0] has no 'role'"),
+        (
+            b'{"messages": [{"role": 3, "content": "x"}]}',
+            "messages[0].role must be a non-empty string, got 3",
+        ),
+        (b'{"messages": [{"role": "user", "content": 5}]}', "messages[0].content must be a string"),
+        (
+            b'{"messages": [{"role": "assistant", "content": null}]}',
+            "content is null but the message has no tool_calls",
+        ),
+        (
+            b'{"messages": [{"role": "user", "content": "x"}], "id": 1.5}',
+            "'id' must be a string or an integer",
+        ),
+        (
+            b'{"messages": [{"role": "user", "content": "x"}], "ground_truth": 1, "ground_truth_for_eval": 2}',
+            "not both",
+        ),
+        (
+            b'{"messages": [{"role": "user", "content": "x"}], "expect": {"scor": 1}}',
+            "unknown key(s) ['scor']",
+        ),
+        (
+            b'{"messages": [{"role": "user", "content": "x"}], "expect": {"min": "a"}}',
+            "expect.min must be a finite number",
+        ),
+        (b'{"messages": [{"role": "user", "content": "\xff"}]}', "not valid UTF-8"),
+    ],
+)
+def test_bad_lines_become_errors_naming_the_line(tmp_path, line, message):
+    path = write(
+        tmp_path, json.dumps(GOOD).encode() + b"\n" + line + b"\n" + json.dumps(GOOD).encode() + b"\n"
+    )
+    out = records(path)
+    assert [type(r) for r in out] == [Sample, SampleError, Sample]
+    err = out[1]
+    assert err.line == 2 and err.location == "s.jsonl:2"
+    assert message in err.message
+
+
+def test_overlong_line_is_an_error_and_is_never_loaded(tmp_path):
+    big = json.dumps({**GOOD, "pad": "x" * (10 * 2**20)}).encode()
+    path = write(
+        tmp_path, json.dumps(GOOD).encode() + b"\n" + big + b"\n" + json.dumps(GOOD).encode() + b"\n"
+    )
+    out = records(path, max_line_bytes=2**20)
+    assert [type(r) for r in out] == [Sample, SampleError, Sample]
+    assert "10.0 MiB, over the 1 MiB limit" in out[1].message and out[2].line == 3
+    # With a higher limit the same line is a valid sample.
+    assert [type(r) for r in records(path, max_line_bytes=16 * 2**20)] == [Sample, Sample, Sample]
+
+
+def test_prompt_only_samples(tmp_path):
+    rows = [{"prompt": "1+1="}, {"messages": [{"role": "user", "content": "hi"}]}, GOOD, {"prompt": 3}]
+    a, b, c, d = records(write(tmp_path, "\n".join(json.dumps(r) for r in rows).encode()))
+    assert a.prompt_only and a.messages is None and b.prompt_only and not c.prompt_only
+    assert isinstance(d, SampleError) and "'prompt' must be a string" in d.message
+
+
+def test_expect_parsing():
+    e = parse_expect({"score": 0.67, "tol": 0.01, "metrics": {"m": {"min": 0.5}}})
+    assert e.score.check(0.675) is None and "expected 0.67 ± 0.01" in e.score.check(0.7)
+    assert dict(e.metrics)["m"].check(0.4) == "expected ≥ 0.5, got 0.4"
+    assert parse_expect({"max": 0.2}).score.check(0.3) == "expected ≤ 0.2, got 0.3"
+    with pytest.raises(ValueError, match="min 1 > max 0"):
+        parse_expect({"min": 1, "max": 0})
+    with pytest.raises(ValueError, match="is empty"):
+        parse_expect({})
+
+
+def test_count_lines(tmp_path):
+    assert count_lines(write(tmp_path, b"a\nb\nc")) == 3
+    assert count_lines(write(tmp_path, b"a\nb\n")) == 2
+    assert count_lines(write(tmp_path, b"")) == 0
+
+
+text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40)
+
+
+@given(st.lists(st.fixed_dictionaries({"user": text, "answer": text, "gt": text}), min_size=1, max_size=8))
+def test_any_valid_rows_round_trip_in_order(tmp_path_factory, rows):
+    path = tmp_path_factory.mktemp("h") / "s.jsonl"
+    with open(path, "w", encoding="utf-8", newline="\r\n") as fh:
+        for r in rows:
+            fh.write(
+                json.dumps(
+                    {
+                        "messages": [
+                            {"role": "user", "content": r["user"]},
+                            {"role": "assistant", "content": r["answer"]},
+                        ],
+                        "ground_truth": r["gt"],
+                    },
+                    ensure_ascii=False,
+                )
+                + "\n"
+            )
+    out = list(iter_samples(path))
+    assert all(isinstance(s, Sample) for s in out)
+    assert [(s.messages[0]["content"], s.messages[1]["content"], s.ground_truth) for s in out] == [
+        (r["user"], r["answer"], r["gt"]) for r in rows
+    ]

@@ -39,7 +39,7 @@ def tag_count_reward(
     (``require_balanced=True``) or either of them (``False``). Metrics: ``tag_<name>`` per tag and ``overall``.
 
     Differences from reward-kit (deliberate): tag names are regex-escaped (reward-kit interpolates them into a
-    pattern, so ``required_tags=["a.b"]`` matched ``<aXb>`` and ``"c++"`` raised ``re.error``); a tag name must
+    pattern, so ``required_tags=["a.b"]`` matched ``<aXb>`` and ``"c++"`` never matched ``<c++>``); a tag name must
     end where the name ends, so ``<answers>`` or ``<abbr>`` no longer count as ``<answer>`` / ``<a>``
     (reward-kit's ``<a[^>]*>`` matched them); a missing tag is a valid score, not ``is_score_valid=False``.
     """

@@ -193,6 +193,9 @@ def math_reward(
 
     Differences from reward-kit (deliberate):
 
+    * GSM8K answers of four or more digits without thousands separators are read whole: reward-kit's
+      ``####`` pattern stopped after three digits, so ``#### 1156`` was read as 115 (and scored 1.0 against a
+      ground truth of 115, 0.0 against 1156);
     * more answer forms parse: ``\\boxed{-\\frac{1}{2}}`` (sign outside the fraction), ``\\dfrac``,
       ``\\boxed{1,000}``, ``\\boxed{2.5e3}``, ``\\boxed{50\\%}``; reward-kit found no answer in them;
     * a ``\\boxed{}`` that is not a number (``\\boxed{\\sqrt{2}}``) is compared as text with the ground truth's

@@ -97,6 +97,13 @@ def test_math_reward_latex_forms_reward_kit_missed(response: str, truth: str) ->
     assert math_reward(messages=conv(response), ground_truth=truth).score == 1.0
 
 
+def test_math_reward_reads_long_gsm8k_answers_whole() -> None:
+    # reward-kit bug: "#### 1156" was read as 115.
+    assert math_reward(messages=conv("Adding up.\n#### 1156"), ground_truth="1156").score == 1.0
+    assert math_reward(messages=conv("Adding up.\n#### 1156"), ground_truth="115").score == 0.0
+    assert math_reward(messages=conv("#### 12,345"), ground_truth="12345").score == 1.0
+
+
 def test_math_reward_invalid_inputs() -> None:
     assert math_reward(messages=[], ground_truth="1").is_score_valid is False
     assert math_reward(messages=conv("1"), ground_truth="").is_score_valid is False

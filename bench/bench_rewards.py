@@ -184,12 +184,31 @@ def render(report: dict[str, Any], command: str) -> str:
         "",
     ]
     if peer:
-        lines += [
-            '"same score" is the share of samples both implementations score identically; the differences are'
-            " the deliberate fixes listed in docs/rewards.md (e.g. `\\boxed{\\frac{a}{b}}` answers).",
-            "",
-        ]
+        lines.append(
+            '"same score": share of samples both implementations score identically. Samples scored differently,'
+            " by answer style: "
+            + (_differences(report) or "none")
+            + " (see docs/rewards.md for the deliberate differences)."
+        )
+        lines.append("")
+    lines += [f"Load average (1 min) when the run ended: {report['load']:.2f} on {os.cpu_count()} cores.", ""]
     return "\n".join(lines)
+
+
+STYLES = ("boxed", "plain", "answer-tag", "GSM8K ####", "LaTeX fraction")
+
+
+def _differences(report: dict[str, Any]) -> str:
+    parts = []
+    for name in ("math_reward", "format_reward"):
+        ours, peer = report["ours"][name]["scores"], report["peer"][name]["scores"]
+        counts: dict[str, int] = {}
+        for i, (a, b) in enumerate(zip(ours, peer, strict=True)):
+            if abs(a - b) > 1e-9:
+                counts[STYLES[i % 5]] = counts.get(STYLES[i % 5], 0) + 1
+        if counts:
+            parts.append(f"`{name}`: " + ", ".join(f"{style} {n}" for style, n in sorted(counts.items())))
+    return "; ".join(parts)
 
 
 def write_section(path: Path, section: str) -> None:
@@ -255,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
             os.unlink(fh.name)
     report["sandbox"] = sandbox_rate(args.sandbox_runs)
     report["protections"] = sandbox_protections()
+    report["load"] = os.getloadavg()[0]
 
     for name in ("math_reward", "format_reward"):
         ours = len(samples) / report["ours"][name]["seconds"]

@@ -9,8 +9,9 @@ Stdlib only, imported by nothing: ``sandbox.py`` starts it in a new session with
 3. in the init: rlimits (CPU, address space, file size, open files, core dumps), then, when started as root,
    a switch to an unprivileged uid/gid of its own (so ``RLIMIT_NPROC`` applies and nothing root-owned is
    writable), ``PR_SET_NO_NEW_PRIVS``, ``PR_SET_PDEATHSIG`` and a Landlock ruleset that allows writes only below
-   the working directory (and to ``/dev/null``), denies TCP bind/connect and, where the kernel supports it,
-   signals and abstract unix sockets outside the sandbox;
+   the working directory (and to ``/dev/null``), reads only below the system directories, the interpreter's
+   installation and the working directory (when the parent passes ``read_paths``), denies TCP bind/connect
+   and, where the kernel supports it, signals and abstract unix sockets outside the sandbox;
 4. the init forks the program (so the program is an ordinary process, not a namespace init that ignores
    default-action signals), ``execve``s it with the environment this launcher was given, waits for it and
    reports its wait status. When the init exits, the kernel kills whatever is left in the PID namespace.
@@ -51,7 +52,10 @@ SYS_LANDLOCK_ADD_RULE = 445
 SYS_LANDLOCK_RESTRICT_SELF = 446
 LANDLOCK_CREATE_RULESET_VERSION = 1
 LANDLOCK_RULE_PATH_BENEATH = 1
+FS_EXECUTE = 1 << 0
 FS_WRITE_FILE = 1 << 1
+FS_READ_FILE = 1 << 2
+FS_READ_DIR = 1 << 3
 FS_REMOVE_DIR = 1 << 4
 FS_REMOVE_FILE = 1 << 5
 FS_MAKE_ALL = sum(1 << b for b in range(6, 13))  # char, dir, reg, sock, fifo, block, sym
@@ -172,30 +176,40 @@ class _PathBeneathAttr(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
-def _landlock(workdir: str) -> int:
-    """Restrict writes to ``workdir`` and deny TCP; return the Landlock ABI used (0: not available)."""
+def _landlock(workdir: str, read_paths: list[str] | None) -> int:
+    """Restrict writes to ``workdir`` (and reads, with ``read_paths``, to those paths and ``workdir``); deny TCP;
+    return the Landlock ABI used (0: not available)."""
     abi = _libc.syscall(
         SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), LANDLOCK_CREATE_RULESET_VERSION
     )
     if abi < 1:
         return 0
-    fs = FS_WRITE_FILE | FS_REMOVE_DIR | FS_REMOVE_FILE | FS_MAKE_ALL
+    write = FS_WRITE_FILE | FS_REMOVE_DIR | FS_REMOVE_FILE | FS_MAKE_ALL
     if abi >= 2:
-        fs |= FS_REFER
+        write |= FS_REFER
     if abi >= 3:
-        fs |= FS_TRUNCATE
+        write |= FS_TRUNCATE
+    read = FS_EXECUTE | FS_READ_FILE | FS_READ_DIR if read_paths is not None else 0
+    fs = write | read
     attr = _RulesetAttr(fs, NET_BIND_TCP | NET_CONNECT_TCP if abi >= 4 else 0,
                         SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if abi >= 6 else 0)  # fmt: skip
     size = 24 if abi >= 6 else 16 if abi >= 4 else 8
     ruleset = _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), 0)
     if ruleset < 0:
         return 0
+    file_rights = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE
     try:
-        rules = [(workdir, fs), ("/dev/null", FS_WRITE_FILE | (FS_TRUNCATE if abi >= 3 else 0))]
+        rules = [(workdir, fs), ("/dev/null", (FS_WRITE_FILE | (FS_TRUNCATE if abi >= 3 else 0)) | read)]
+        rules += [(path, read) for path in read_paths or ()]
         for path, access in rules:
-            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
             try:
-                rule = _PathBeneathAttr(access, fd)
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue  # a read path that does not exist on this system
+            try:
+                if not os.path.isdir(f"/proc/self/fd/{fd}"):
+                    access &= file_rights
+                rule = _PathBeneathAttr(access & fs, fd)
                 if _libc.syscall(SYS_LANDLOCK_ADD_RULE, ruleset, LANDLOCK_RULE_PATH_BENEATH,
                                  ctypes.byref(rule), 0) != 0:  # fmt: skip
                     return 0
@@ -279,7 +293,10 @@ def _init(cfg: dict, status_fd: int, protections: dict) -> None:
         resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
         _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        protections["landlock_abi"] = _landlock(cfg["workdir"])
+        protections["landlock_abi"] = _landlock(cfg["workdir"], cfg.get("read_paths"))
+        protections["reads_restricted"] = (
+            bool(protections["landlock_abi"]) and cfg.get("read_paths") is not None
+        )
         if cfg.get("require_landlock") and not protections["landlock_abi"]:
             raise OSError("Landlock is required but not available on this kernel")
         pid = os.fork()

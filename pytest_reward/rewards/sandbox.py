@@ -9,7 +9,8 @@ for anything the program does. Each run:
 * runs under ``_sandbox_launcher.py``, which puts it in new network/PID/mount/IPC namespaces (directly as root,
   in a user namespace otherwise), applies rlimits (CPU seconds, address space, file size, open files, process
   count, no core dumps), switches to an unprivileged uid of its own when started as root, sets
-  ``no_new_privs`` and applies a Landlock ruleset (writes only below the working directory, no TCP, no signals
+  ``no_new_privs`` and applies a Landlock ruleset (writes only below the working directory; reads only below
+  system directories, the interpreter, the caller's ``sys.path`` and the working directory; no TCP; no signals
   or abstract unix sockets outside the sandbox where the kernel supports those);
 * has a wall-clock deadline: on expiry the whole process group is killed (and with the PID namespace, every
   process the program started, even ones that called ``setsid``);
@@ -70,6 +71,10 @@ class Limits:
     max_file_bytes: int = 16 * 1024 * 1024
     """``RLIMIT_FSIZE``: largest file the program may write."""
     max_open_files: int = 64
+    restrict_reads: bool = True
+    """Allow reads only below system directories (``/usr``, ``/etc``, ``/proc``...), the interpreter's
+    installation, the caller's ``sys.path`` and the working directory, so a program cannot read e.g. ``~/.ssh``
+    or the caller's project files outside ``sys.path`` (Landlock; without it reads are not restricted)."""
     require_isolation: bool = False
     """Fail (``setup_error``) instead of running when namespaces or Landlock are not available."""
 
@@ -140,6 +145,17 @@ def _exposed_paths(executable: str) -> list[str]:
     paths = {os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix)}
     resolved = os.path.realpath(shutil.which(executable) or executable)
     paths.add(os.path.dirname(resolved))
+    return sorted(paths)
+
+
+_SYSTEM_READ_PATHS = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc", "/proc", "/dev",
+                      "/sys/devices/system/cpu", "/sys/fs/cgroup")  # fmt: skip
+
+
+def _read_paths(executable: str) -> list[str]:
+    """Where a sandboxed program may read: system directories, its interpreter and the caller's sys.path."""
+    paths = set(_SYSTEM_READ_PATHS) | set(_exposed_paths(executable))
+    paths |= {os.path.realpath(p) for p in sys.path if p and os.path.isabs(p) and os.path.exists(p)}
     return sorted(paths)
 
 
@@ -307,6 +323,7 @@ def _run_in(
         "processes": limits.max_processes,
         "require_landlock": limits.require_isolation,
         "expose": _exposed_paths(argv[0]) if uid is not None else [],
+        "read_paths": _read_paths(argv[0]) if limits.restrict_reads else None,
     }
     started = time.monotonic()
     try:

@@ -142,6 +142,24 @@ def test_writing_outside_the_working_directory_is_denied(tmp_path: Path) -> None
             target.unlink(missing_ok=True)
 
 
+def test_reading_private_files_outside_the_allowed_paths_is_denied() -> None:
+    if not sandbox_protections().get("reads_restricted"):
+        pytest.skip("Landlock is not available: reads are not restricted on this machine")
+    secret = Path("/var/tmp") / f"pytest-reward-secret-{uuid.uuid4().hex}"
+    secret.write_text("top-secret")
+    secret.chmod(0o644)  # world-readable: only the Landlock read allowlist stops it
+    try:
+        result = run_code(f"print(open({str(secret)!r}).read())")
+        assert result.status == "error"
+        assert "Permission" in result.reason
+        assert "top-secret" not in result.stdout
+        allowed = run_code(f"print(open({str(secret)!r}).read())", limits=Limits(restrict_reads=False))
+        if sandbox_protections().get("uid") is None or allowed.ok:
+            assert allowed.stdout.strip() == "top-secret"
+    finally:
+        secret.unlink()
+
+
 def test_environment_secrets_are_not_visible(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTEST_REWARD_TEST_SECRET", "s3cr3t-value")
     code = (

@@ -297,8 +297,16 @@ def _init(cfg: dict, status_fd: int, protections: dict) -> None:
         protections["reads_restricted"] = (
             bool(protections["landlock_abi"]) and cfg.get("read_paths") is not None
         )
-        if cfg.get("require_landlock") and not protections["landlock_abi"]:
-            raise OSError("Landlock is required but not available on this kernel")
+        if cfg.get("require_isolation"):
+            missing = [ns for ns in ("net", "pid") if ns not in protections["namespaces"]]
+            if missing or not protections["landlock_abi"]:
+                raise OSError(
+                    "isolation is required but not available here: "
+                    + ", ".join(
+                        [f"no {ns} namespace" for ns in missing]
+                        + ([] if protections["landlock_abi"] else ["no Landlock"])
+                    )
+                )
         pid = os.fork()
     except BaseException as exc:  # report any setup failure to the parent, then exit
         try:

@@ -76,7 +76,7 @@ class Limits:
     installation, the caller's ``sys.path`` and the working directory, so a program cannot read e.g. ``~/.ssh``
     or the caller's project files outside ``sys.path`` (Landlock; without it reads are not restricted)."""
     require_isolation: bool = False
-    """Fail (``setup_error``) instead of running when namespaces or Landlock are not available."""
+    """Fail (``setup_error``) instead of running when the network/PID namespaces or Landlock are unavailable."""
 
 
 @dataclass
@@ -321,7 +321,7 @@ def _run_in(
         "file_size_bytes": limits.max_file_bytes,
         "open_files": limits.max_open_files,
         "processes": limits.max_processes,
-        "require_landlock": limits.require_isolation,
+        "require_isolation": limits.require_isolation,
         "expose": _exposed_paths(argv[0]) if uid is not None else [],
         "read_paths": _read_paths(argv[0]) if limits.restrict_reads else None,
     }

@@ -285,3 +285,21 @@ def test_javascript_runs_and_is_limited() -> None:
         "const a = []; for (;;) a.push(new Array(1e6).fill(1));", "javascript", limits=Limits(memory_mb=64)
     )
     assert hog.status == "memory"
+
+
+def test_require_isolation_matches_what_the_machine_provides() -> None:
+    protections = sandbox_protections()
+    isolated = {"net", "pid"} <= set(protections.get("namespaces", [])) and protections.get(
+        "landlock_abi", 0
+    ) > 0
+    result = run_code("print('isolated')", limits=Limits(require_isolation=True))
+    if isolated:
+        assert result.ok and result.stdout == "isolated\n"
+    else:
+        assert result.status == "setup_error" and "isolation is required" in result.reason
+
+
+def test_sandbox_setup_failure_is_reported() -> None:
+    result = run_code("print(1)", python="/nonexistent/python3")
+    assert result.status == "setup_error"
+    assert "cannot start" in result.reason

@@ -219,7 +219,10 @@ def _describe(result: ExecutionResult, limits: Limits, wait_status: int | None) 
     if os.WIFSIGNALED(wait_status):
         sig = os.WTERMSIG(wait_status)
         result.returncode = -sig
-        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = str(sig)
         if sig in (signal.SIGXCPU, signal.SIGKILL) and _cpu_exhausted(result, limits):
             result.status = "cpu"
             result.reason = f"CPU time limit exceeded ({_cpu_limit(limits)} s)"

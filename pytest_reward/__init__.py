@@ -57,9 +57,9 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'pytest_reward' has no attribute {name!r}")
     import importlib
 
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
+    # Not cached in globals(): the submodule in sys.modules stays the single source of truth (pytester's
+    # in-process runs re-import submodules; a cached class would then differ from the one isinstance uses).
+    return getattr(importlib.import_module(f".{module}", __name__), name)
 
 
 def __dir__() -> list[str]:

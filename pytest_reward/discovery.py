@@ -88,12 +88,18 @@ class Registry:
     def usable(self) -> list[RewardFn]:
         return [f for f in self.functions if f.error is None]
 
+    def errors(self) -> list[str]:
+        """Import errors and invalid reward functions (bad marker, missing bound samples)."""
+        return [f"{where}: {msg}" for where, msg in self.import_errors] + [
+            f.error for f in self.functions if f.error
+        ]
+
     def pop_errors(self) -> list[str]:
-        """Import errors, handed out once (the first samples-file collector reports them)."""
+        """``errors()``, handed out once (the first samples-file collector reports them)."""
         if self._errors_reported:
             return []
         self._errors_reported = True
-        return [f"{where}: {msg}" for where, msg in self.import_errors]
+        return self.errors()
 
     def for_file(self, path: Path, *, explicit: bool, globbed: bool) -> list[RewardFn]:
         """Functions (usable or not) that meet the samples file ``path``."""
@@ -355,6 +361,13 @@ def _resolve_bound(
     return tuple(files), None
 
 
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
 def _make_entry(obj: Any, module: ModuleType | None, opts: DiscoveryOptions) -> RewardFn:
     path, lineno = _source_location(obj, module)
     qualname = getattr(obj, "__qualname__", getattr(obj, "__name__", "reward"))
@@ -376,7 +389,7 @@ def _make_entry(obj: Any, module: ModuleType | None, opts: DiscoveryOptions) -> 
         error = str(exc)
     gates = opts.defaults
     other_marks = []
-    where = f"@pytest.mark.reward on {path}::{qualname}"
+    where = f"@pytest.mark.reward on {_relative(path, opts.rootdir)}::{qualname}"
     reward_marks = []
     for mark in _marks_of(module) + _marks_of(obj):
         if getattr(mark, "name", None) == "reward":
@@ -451,7 +464,8 @@ def discover(opts: DiscoveryOptions, config: Any = None) -> Registry:
             try:
                 obj, module = _load_fn_spec(spec, opts, config)
             except DiscoveryError as exc:
-                registry.import_errors.append((spec, str(exc).split(": ", 1)[-1]))
+                where, _, msg = str(exc).partition(": ")
+                registry.import_errors.append((where, msg))
                 continue
             except Exception as exc:
                 registry.import_errors.append((f"--reward-fn {spec}", _format_import_error(exc)))

@@ -107,6 +107,12 @@ def _user_frames(excinfo: ExceptionInfo[BaseException]) -> Any:
     )
 
 
+def _apply_marks(item: pytest.Item, fn: RewardFn) -> None:
+    """The reward function's own marks (skip, xfail, custom) apply to its items."""
+    for mark in fn.marks:
+        item.add_marker(getattr(pytest.mark, mark.name)(*mark.args, **mark.kwargs))
+
+
 class _RewardItem(pytest.Item):
     """Behaviour shared by our items: location at the JSONL line, reward data for the reports."""
 
@@ -120,7 +126,8 @@ class _RewardItem(pytest.Item):
         return super().from_parent(parent, **kw)
 
     def reportinfo(self) -> tuple[Path, int, str]:
-        return self.path, self.lineno, self.name
+        # Not a suffix of the node id: pytest would otherwise show "relevance.evaluate" as "relevance::evaluate".
+        return self.path, self.lineno, f"{self.name} ({self.path.name}:{self.lineno + 1})"
 
     def _style(self) -> str:
         style = self.config.getoption("tbstyle", "auto")
@@ -161,8 +168,7 @@ class SampleItem(_RewardItem):
         self.batch = batch
         self.lineno = sample.line - 1
         self.outcome: SampleOutcome | None = None
-        for mark in fn.marks:
-            self.add_marker(mark)
+        _apply_marks(self, fn)
 
     def _record(self, outcome: SampleOutcome) -> None:
         self.outcome = outcome
@@ -274,8 +280,7 @@ class FileItem(_RewardItem):
         self.fn = fn
         self.invoker = invoker
         self.rs = rs
-        for mark in fn.marks:
-            self.add_marker(mark)
+        _apply_marks(self, fn)
 
     def _outcomes(self) -> Iterator[SampleOutcome]:
         settings = self.rs.settings
@@ -401,18 +406,14 @@ class SamplesFile(pytest.File):
         rs = self.config.stash[session_key]
         registry = rs.discover(self.session)
         errors = registry.pop_errors()
+        if len(errors) == 1:
+            raise self.CollectError(errors[0])
         if errors:
-            raise self.CollectError(
-                "could not load reward functions:\n" + "\n".join(f"  {e}" for e in errors)
-            )
+            raise self.CollectError("invalid reward functions:\n" + "\n".join(f"  {e}" for e in errors))
         _, explicit, globbed = rs.wants_file(self.path)
-        functions = rs.functions_for(self.path, explicit=explicit, globbed=globbed)
-        broken = [fn for fn in functions if fn.error and not getattr(fn, "_reported", False)]
-        if broken:
-            for fn in broken:
-                fn._reported = True  # type: ignore[attr-defined]
-            raise self.CollectError("\n".join(fn.error for fn in broken if fn.error))
-        functions = [fn for fn in functions if fn.error is None]
+        functions = [
+            fn for fn in rs.functions_for(self.path, explicit=explicit, globbed=globbed) if fn.error is None
+        ]
         if not functions:
             return
         settings = rs.settings

@@ -64,6 +64,7 @@ def pytest_collection(session: pytest.Session) -> None:
         return
     registry = rs.discover(session)
     rs.check_found()
+    rs.check_reportable()
     for path in registry.bound_paths():
         if str(path) not in session.config.args:
             session.config.args.append(str(path))

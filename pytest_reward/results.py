@@ -278,6 +278,8 @@ class GroupAccumulator:
         valid = np.frombuffer(self.scores, dtype=np.float64) if len(self.scores) else np.empty(0)
         fill = min(0.0, float(valid.min())) if valid.size else 0.0
         values = np.concatenate([valid, np.full(self.n_errors, fill)]) if self.n_errors else valid
+        # Sorted, so that seeded intervals do not depend on the order results arrived in (xdist).
+        values = np.sort(values)
         qs = sorted({0.1, *(q for q, _ in gates.quantile)})
         quantiles = {f"{q:g}": float(v) for q, v in zip(qs, np.quantile(values, qs), strict=True)}
 
@@ -290,6 +292,7 @@ class GroupAccumulator:
             errors = self.metric_errors.get(name, 0)
             if errors:
                 mv = np.concatenate([mv, np.zeros(errors)])
+            mv = np.sort(mv)
             if mv.size == 0:
                 continue
             mg = gates.metric_map.get(name, MetricGates())

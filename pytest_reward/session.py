@@ -92,6 +92,7 @@ class RewardSession:
         if self.explicit_files or not roots:
             # Named samples files meet every reward function of the project.
             roots.append(config.rootpath)
+        roots = list(dict.fromkeys(p.resolve() for p in roots))
         opts = DiscoveryOptions(
             roots=roots,
             rootdir=config.rootpath,
@@ -111,10 +112,10 @@ class RewardSession:
         registry = self.registry
         if registry is None or not self.active or registry.functions:
             return
+        if registry.selected and registry.import_errors:
+            raise pytest.UsageError("\n".join(f"{where}: {msg}" for where, msg in registry.import_errors))
         lines = ["pytest-reward: no reward functions found."]
-        if registry.selected:
-            lines.append("  --reward-fn named: " + ", ".join(self.settings.fn_specs))
-        else:
+        if not registry.selected:
             lines.append("  Looked in: " + ", ".join(registry.looked_in))
             lines.append(
                 "  for modules matching "
@@ -128,6 +129,17 @@ class RewardSession:
         for where, msg in registry.import_errors:
             lines.append(f"  Could not import {where}: {msg}")
         raise pytest.UsageError("\n".join(lines))
+
+    def check_reportable(self) -> None:
+        """Invalid reward functions are reported by the first samples file collected; with none, here."""
+        registry = self.registry
+        if registry is None or self.explicit_files or registry.bound_paths() or self.settings.samples_glob:
+            return
+        errors = registry.errors()
+        if errors:
+            raise pytest.UsageError(
+                "pytest-reward: invalid reward functions:\n" + "\n".join(f"  {e}" for e in errors)
+            )
 
     def wants_file(self, path: Path) -> tuple[bool, bool, bool]:
         """(collect?, explicit?, glob-matched?) for a ``.jsonl`` file met during collection."""

@@ -63,5 +63,7 @@ class Project:
 
 
 @pytest.fixture
-def project(pytester: pytest.Pytester) -> Project:
+def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Project:
+    # A wide terminal: summary lines and tables are not cut, so tests can match them whole.
+    monkeypatch.setenv("COLUMNS", "240")
     return Project(pytester)

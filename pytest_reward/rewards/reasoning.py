@@ -112,9 +112,9 @@ def sequence_reward(
     """Count ``sequence_terms`` that appear in order (each after the previous one found); score
     ``min(1, matches / min_matches)``. Metrics: ``sequence_reasoning``, ``sequential_terms_found``.
 
-    Differences from reward-kit (deliberate): terms match whole words ("then" no longer matches inside
-    "authentication", "first" inside "firstly" still does not count); ``min_matches <= 0`` gives an invalid
-    result instead of ZeroDivisionError.
+    Differences from reward-kit (deliberate): terms match whole words (reward-kit's substring search found
+    "then" inside "authentication" and "first" inside "firstly"); ``min_matches <= 0`` gives an invalid result
+    instead of ZeroDivisionError.
     """
     text, why = assistant_text(messages)
     if text is None:

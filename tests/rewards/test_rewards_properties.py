@@ -123,3 +123,31 @@ def test_length_reward_in_range_for_any_bounds(
         scaling="cosine" if cosine else "linear",
     )
     _check(result, "length_reward")
+
+
+@settings(max_examples=100, deadline=None)
+@given(actual=texts, expected=texts)
+def test_compare_outputs_in_unit_interval(actual: str, expected: str) -> None:
+    from pytest_reward.rewards.code_execution import compare_outputs
+
+    score = compare_outputs(actual, expected)
+    assert 0.0 <= score <= 1.0
+    assert compare_outputs(expected, expected) == 1.0
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.one_of(texts, st.from_regex(r"-?\d{1,6}(\.\d{1,4})?(/[1-9]\d{0,3})?", fullmatch=True)))
+def test_parse_number_is_finite_or_none(text: str) -> None:
+    import math
+
+    from pytest_reward.rewards._numbers import parse_number
+
+    value = parse_number(text)
+    assert value is None or math.isfinite(value)
+
+
+@settings(max_examples=100, deadline=None)
+@given(a=st.integers(-10_000, 10_000), b=st.integers(1, 1000))
+def test_math_reward_fractions_round_trip(a: int, b: int) -> None:
+    messages = [{"role": "assistant", "content": f"\\boxed{{\\frac{{{a}}}{{{b}}}}}"}]
+    assert math_reward(messages=messages, ground_truth=repr(a / b)).score == 1.0

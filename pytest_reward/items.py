@@ -14,14 +14,13 @@ from _pytest._io import TerminalWriter
 from .results import BELOW, FAIL, GroupAccumulator, SampleOutcome
 from .samples import Sample, SampleError, count_lines, iter_samples
 from .scoring import InvalidResult, Invoker, describe_exception, error_outcome
-from .session import RewardSession, session_key
+from .session import REWARD_DATA, RewardSession, session_key
 
 if TYPE_CHECKING:
     from .discovery import RewardFn
 
 __all__ = ["FileItem", "LineErrorItem", "SampleItem", "SamplesFile"]
 
-REWARD_DATA = pytest.StashKey[dict[str, Any]]()
 _PACKAGE_DIR = str(Path(__file__).resolve().parent)
 
 

@@ -317,3 +317,31 @@ def resolve(config: pytest.Config) -> Settings:
             "reward_bootstrap_resamples", *values["reward_bootstrap_resamples"], minimum=100
         ),
     )
+
+
+def markdown_table() -> str:
+    """The README's option reference, generated from ``OPTIONS``."""
+    rows = ["| option | ini key | default | what it does |", "| --- | --- | --- | --- |"]
+    for opt in OPTIONS:
+        flag = (
+            f"`{opt.flag} {opt.metavar}`"
+            if opt.flag and opt.metavar
+            else (f"`{opt.flag}`" if opt.flag else "")
+        )
+        if opt.flag and opt.choices:
+            flag = f"`{opt.flag} {{{','.join(opt.choices)}}}`"
+        ini = f"`{opt.ini}`" if opt.ini else ""
+        if opt.append:
+            default = "(repeatable)"
+        elif opt.default in (None, [], ""):
+            default = ""
+        elif isinstance(opt.default, list):
+            default = "`" + " ".join(opt.default) + "`"
+        else:
+            default = f"`{opt.default}`"
+        rows.append(f"| {flag} | {ini} | {default} | {opt.help} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(markdown_table())

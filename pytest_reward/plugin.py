@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from . import options
-from .session import RewardSession, session_key
+from .session import REWARD_DATA, RewardSession, session_key
 
 MARKER_DOC = (
     "reward(threshold=None, mean=None, pass_rate=None, quantile=None, confidence=None, metrics=None, "
@@ -99,8 +99,6 @@ def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: objec
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     report = yield
     if call.when == "call":
-        from .items import REWARD_DATA
-
         data = item.stash.get(REWARD_DATA, None)
         if data is not None:
             report.reward = data

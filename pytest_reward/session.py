@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from .discovery import Registry, RewardFn
     from .results import GateResult, GroupAccumulator, SampleOutcome, Summary
 
-__all__ = ["GroupReport", "RewardSession", "session_key"]
+__all__ = ["REWARD_DATA", "GroupReport", "RewardSession", "session_key"]
 
 
 @dataclass
@@ -221,3 +221,5 @@ class RewardSession:
 
 
 session_key = pytest.StashKey[RewardSession]()
+#: Reward data of an item's call phase, copied onto its report (``report.reward``) by the plugin.
+REWARD_DATA = pytest.StashKey[dict[str, Any]]()

@@ -388,12 +388,9 @@ def reward_function(
 
 def is_reward_function(obj: Any) -> bool:
     """True for functions decorated by this package's or an installed reward-kit's ``@reward_function``."""
-    if not callable(obj) or isinstance(obj, type):
-        return False
-    try:
-        return hasattr(obj, "__reward_spec__") or hasattr(obj, "_reward_function_mode")
-    except Exception:  # objects with exotic __getattr__
-        return False
+    from .discovery import is_reward_function as check
+
+    return check(obj)
 
 
 def get_spec(obj: Any) -> RewardSpec:

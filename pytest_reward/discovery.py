@@ -33,12 +33,28 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .decorator import RewardSpec, get_spec, is_reward_function
 from .thresholds import GateError, Gates, validate_marker
 
+if TYPE_CHECKING:
+    from .decorator import RewardSpec
+
 __all__ = ["DiscoveryError", "Registry", "RewardFn", "discover"]
+
+
+def is_reward_function(obj: Any) -> bool:
+    """True for functions decorated by this package's or an installed reward-kit's ``@reward_function``.
+
+    (An attribute check, so that discovery does not import the models before it finds a reward function.)
+    """
+    if not callable(obj) or isinstance(obj, type):
+        return False
+    try:
+        return hasattr(obj, "__reward_spec__") or hasattr(obj, "_reward_function_mode")
+    except Exception:  # objects with exotic __getattr__
+        return False
+
 
 DEFAULT_REWARD_MODULES = ("main.py", "reward_*.py", "*_reward.py", "rewards.py")
 _NEEDLE = b"reward_function"
@@ -304,6 +320,8 @@ class DiscoveryOptions:
     fn_specs: tuple[str, ...]
     defaults: Gates
     invocation_dir: Path
+    test_modules: bool = True
+    """Search test modules too (off for the light discovery of runs that did not ask for reward testing)."""
 
 
 def _load_fn_spec(spec: str, opts: DiscoveryOptions, config: Any) -> tuple[Any, ModuleType | None]:
@@ -369,6 +387,8 @@ def _relative(path: Path, root: Path) -> str:
 
 
 def _make_entry(obj: Any, module: ModuleType | None, opts: DiscoveryOptions) -> RewardFn:
+    from .decorator import RewardSpec, get_spec
+
     path, lineno = _source_location(obj, module)
     qualname = getattr(obj, "__qualname__", getattr(obj, "__name__", "reward"))
     error = None
@@ -478,8 +498,11 @@ def discover(opts: DiscoveryOptions, config: Any = None) -> Registry:
     for path in walk_files(opts.roots, opts.norecursedirs):
         if path.suffix != ".py" or path.name == "conftest.py":
             continue
-        is_reward_module = _matches(path, opts.reward_modules)
-        is_test_module = not is_reward_module and _matches(path, opts.python_files)
+        # A test module is always imported the way pytest imports it, even if it also matches reward_modules.
+        is_test_module = _matches(path, opts.python_files)
+        is_reward_module = not is_test_module and _matches(path, opts.reward_modules)
+        if is_test_module and not opts.test_modules:
+            continue
         if not (is_reward_module or is_test_module) or not _mentions_reward_function(path):
             continue
         try:

@@ -47,7 +47,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
     rs = _state(config)
-    if rs is None or not rs.active:
+    if rs is None or not rs.collecting:
         return None
     s = rs.settings
     if s.granularity == "auto":
@@ -60,10 +60,16 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection(session: pytest.Session) -> None:
     rs = _state(session.config)
-    if rs is None or not rs.active:
+    if rs is None:
         return
-    registry = rs.discover(session)
-    rs.check_found()
+    if rs.active:
+        registry = rs.discover(session)
+        rs.check_found()
+    else:
+        # Light look for reward modules whose functions bind samples files in their marker.
+        registry = rs.discover(session, light=True)
+        if not rs.bound_only:
+            return
     rs.check_reportable()
     for path in registry.bound_paths():
         if str(path) not in session.config.args:
@@ -76,7 +82,7 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
     rs = _state(parent.config)
     if rs is None:
         return None
-    if not rs.active and not parent.session.isinitpath(file_path):
+    if not rs.collecting and not parent.session.isinitpath(file_path):
         return None
     if parent.session.isinitpath(file_path):
         rs.explicit_files.add(file_path.resolve())

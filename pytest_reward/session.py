@@ -52,6 +52,8 @@ class RewardSession:
         self.registry: Registry | None = None
         self.explicit_files: set[Path] = set(settings.samples)
         self.is_worker = hasattr(config, "workerinput")
+        #: Not asked for on the command line or in ini, but reward functions bind samples files in markers.
+        self.bound_only = False
         # controller-side aggregation
         self._accumulators: dict[tuple[str, str], GroupAccumulator] = {}
         self._outcomes: dict[tuple[str, str], list[SampleOutcome]] = {}
@@ -73,10 +75,19 @@ class RewardSession:
 
     @property
     def active(self) -> bool:
+        """Reward testing was asked for (options, ini, or a ``.jsonl`` path argument)."""
         return self.settings.active or bool(self.explicit_files)
 
-    def discover(self, session: pytest.Session) -> Registry:
-        """Find the reward functions once (both on workers and on the controller)."""
+    @property
+    def collecting(self) -> bool:
+        return self.active or self.bound_only
+
+    def discover(self, session: pytest.Session, *, light: bool = False) -> Registry:
+        """Find the reward functions once (both on workers and on the controller).
+
+        ``light``: for runs that did not ask for reward testing — only reward modules under pytest's own
+        arguments, no test modules; used to find functions whose marker binds samples files.
+        """
         if self.registry is not None:
             return self.registry
         from .discovery import DiscoveryOptions, discover
@@ -89,7 +100,7 @@ class RewardSession:
                 path = config.invocation_params.dir / path
             if path.is_dir() or (path.is_file() and path.suffix == ".py"):
                 roots.append(path)
-        if self.explicit_files or not roots:
+        if not light and (self.explicit_files or not roots):
             # Named samples files meet every reward function of the project.
             roots.append(config.rootpath)
         roots = list(dict.fromkeys(p.resolve() for p in roots))
@@ -103,8 +114,12 @@ class RewardSession:
             fn_specs=self.settings.fn_specs,
             defaults=self.settings.defaults,
             invocation_dir=config.invocation_params.dir,
+            test_modules=not light,
         )
         self.registry = discover(opts, config)
+        if light:
+            self.registry.import_errors.clear()  # not asked for: never break an unrelated run
+            self.bound_only = any(fn.gates.samples for fn in self.registry.functions)
         return self.registry
 
     def check_found(self) -> None:

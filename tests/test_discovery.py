@@ -120,9 +120,30 @@ def test_marker_bound_samples_meet_only_their_function(project):
     result.stdout.fnmatch_lines(
         ["*chat.jsonl::general?line-1? PASSED*", "*data/math.jsonl::math_only?line-1? PASSED*"]
     )
-    # Without any flag, a marker-bound file is still collected when the plugin is enabled by ini.
-    project.pytester.makeini("[pytest]\nreward_samples_glob = none-*.jsonl\n")
-    project.run("-v").assert_outcomes(passed=1)
+    # A plain `pytest` (no option, no ini) still runs the functions that bind samples in their marker.
+    result = project.run("-v")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*data/math.jsonl::math_only?line-1? PASSED*"])
+
+
+def test_plain_pytest_reports_a_broken_samples_binding(project):
+    project.file(
+        "rewards.py",
+        """
+        import pytest
+        from pytest_reward import reward_function
+
+        @pytest.mark.reward(samples="data/missing.jsonl")
+        @reward_function
+        def bound(messages, **kwargs):
+            return {"score": 1.0}
+        """,
+    )
+    result = project.run()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*invalid reward functions:*", "*rewards.py::bound: samples file 'data/missing.jsonl' not found*"]
+    )
 
 
 def test_samples_glob_meets_the_functions_of_its_directory_tree(project):

@@ -1,0 +1,45 @@
+"""JAX inference engine: HF checkpoints (GPT-2, Llama, Qwen2), tokenizers, fast KV-cache rollouts and scoring.
+
+Importing this subpackage imports jax; ``import pytest_reward`` and the pytest plugin never do.
+
+    >>> from pytest_reward.jax import InferenceJob, resolve_model
+    >>> job = InferenceJob.from_checkpoint(resolve_model("tiny-adder"))
+    >>> job.rollout(["12+345="], max_new_tokens=8)[0].text
+    '357'
+"""
+
+from __future__ import annotations
+
+from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .compilation import backend_compile_count, enable_compilation_cache, install_compile_counter
+from .config import ConfigError, ModelConfig
+from .inference import InferenceJob, InferenceState, InferenceStats, Loglikelihood, Rollout
+from .model import forward, init_params
+from .tokenizer import ByteTokenizer, HFTokenizer, Tokenizer, TokenizerError, load_tokenizer, render_chatml
+from .zoo import available_models, resolve_model
+
+__all__ = [
+    "ByteTokenizer",
+    "CheckpointError",
+    "ConfigError",
+    "HFTokenizer",
+    "InferenceJob",
+    "InferenceState",
+    "InferenceStats",
+    "Loglikelihood",
+    "ModelConfig",
+    "Rollout",
+    "Tokenizer",
+    "TokenizerError",
+    "available_models",
+    "backend_compile_count",
+    "enable_compilation_cache",
+    "forward",
+    "init_params",
+    "install_compile_counter",
+    "load_checkpoint",
+    "load_tokenizer",
+    "render_chatml",
+    "resolve_model",
+    "save_checkpoint",
+]

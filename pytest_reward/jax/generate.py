@@ -1,0 +1,176 @@
+"""Jit-compiled programs of the inference engine: rollout (prefill + cached decode), scoring, plain logits.
+
+Each program is one module-level function; the shapes and the static arguments (model config, number of cache
+slots for new tokens, sampling mode, stop ids) pick a compiled executable. :class:`~.inference.InferenceJob`
+compiles them ahead of time per shape bucket and keeps the executables in a dict, so Python only loops over
+batches.
+
+Sampling is reproducible per row: row ``r`` with ids ``(prompt_index, sample_index)`` draws token ``t`` with
+``fold_in(fold_in(fold_in(PRNGKey(seed), prompt_index), sample_index), t)``. A prompt's samples therefore do not
+depend on the batch it lands in, on its neighbours or on the number of devices.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+
+from . import model
+from .config import ModelConfig
+
+Mode = Literal["greedy", "sample", "filtered"]
+
+
+def sampling_mode(temperature: float, top_k: int, top_p: float) -> Mode:
+    """``greedy`` at temperature 0; ``filtered`` if top-k or top-p cut the distribution; else ``sample``."""
+    if temperature <= 0.0:
+        return "greedy"
+    return "filtered" if (top_k > 0 or top_p < 1.0) else "sample"
+
+
+def _row_keys(seed: jax.Array, row_ids: jax.Array) -> jax.Array:
+    """seed () uint32, row_ids (B, 2) int32 -> per-row PRNG keys (B, 2) uint32."""
+    base = jax.random.PRNGKey(seed)
+    return jax.vmap(lambda p, s: jax.random.fold_in(jax.random.fold_in(base, p), s))(
+        row_ids[:, 0], row_ids[:, 1]
+    )
+
+
+def choose_tokens(
+    logits: jax.Array,
+    keys: jax.Array,
+    step: jax.Array,
+    temperature: jax.Array,
+    top_k: jax.Array,
+    top_p: jax.Array,
+    mode: Mode,
+) -> jax.Array:
+    """Pick one token per row. logits (B, V) float32, keys (B, 2) -> (B,) int32.
+
+    ``greedy``: argmax. Otherwise ``logits / temperature``, then (``filtered``) keep the ``top_k`` largest
+    (``0`` = all) and the smallest set whose probability reaches ``top_p`` (inclusive nucleus: the token that
+    crosses the threshold is kept), then sample.
+    """
+    if mode == "greedy":
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    x = logits / temperature
+    if mode == "filtered":
+        V = x.shape[-1]
+        srt = -jnp.sort(-x, axis=-1)  # (B, V) descending
+        k = jnp.where(top_k > 0, jnp.minimum(top_k, V), V)
+        srt = jnp.where(jnp.arange(V) < k, srt, -jnp.inf)
+        probs = jax.nn.softmax(srt, axis=-1)
+        keep = (jnp.cumsum(probs, axis=-1) - probs) < top_p  # (B, V), always keeps the first
+        last = jnp.sum(keep, axis=-1, keepdims=True) - 1
+        threshold = jnp.take_along_axis(srt, last, axis=-1)  # (B, 1)
+        x = jnp.where(x >= threshold, x, -jnp.inf)
+    step_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, step)
+    return jax.vmap(jax.random.categorical)(step_keys, x).astype(jnp.int32)
+
+
+def rollout(
+    params: model.Params,
+    tokens: jax.Array,
+    mask: jax.Array,
+    row_ids: jax.Array,
+    seed: jax.Array,
+    max_new: jax.Array,
+    temperature: jax.Array,
+    top_k: jax.Array,
+    top_p: jax.Array,
+    *,
+    cfg: ModelConfig,
+    new_slots: int,
+    mode: Mode,
+    stop_ids: tuple[int, ...],
+) -> tuple[jax.Array, jax.Array]:
+    """Prefill a left-padded prompt batch, then decode with a KV cache until every row stopped.
+
+    tokens (B, P) int32 and mask (B, P) bool are the left-padded prompts; row_ids (B, 2) int32 are
+    (prompt index, sample index) for the PRNG; seed () uint32; max_new () int32 <= new_slots; temperature ()
+    float32; top_k () int32; top_p () float32. A row stops after emitting one of ``stop_ids`` (later slots hold
+    that stop id) or after ``max_new`` tokens; the loop ends when all rows stopped.
+
+    Returns the new tokens (B, new_slots) int32 (columns past the last step are undefined) and the number of
+    tokens produced per row before the loop ended, () int32.
+    """
+    B, P = tokens.shape
+    x, kvs = model.hidden_states(params, cfg, tokens, mask)  # x (B, P, D)
+    logits = model.unembed(params, cfg, x[:, -1])  # (B, V): left padding puts every prompt's end last
+    cache = model.init_cache(kvs, new_slots)  # (B, KV, P + new_slots, Dh) per layer
+    valid = jnp.concatenate([mask, jnp.ones((B, new_slots), bool)], axis=1)  # (B, S)
+    slots = jnp.arange(P + new_slots)
+    stops = jnp.asarray(stop_ids, jnp.int32)
+    keys = _row_keys(seed, row_ids)
+
+    first = choose_tokens(logits, keys, jnp.int32(0), temperature, top_k, top_p, mode)  # (B,)
+    out = jnp.zeros((B, new_slots), jnp.int32).at[:, 0].set(first)
+    done = jnp.isin(first, stops)
+    pos = jnp.sum(mask, axis=-1).astype(jnp.int32)  # position of the first new token
+
+    def cond(carry):
+        i, _, _, _, _, done = carry
+        return (i < max_new) & ~jnp.all(done)
+
+    def body(carry):
+        i, out, cache, tok, pos, done = carry  # i tokens exist; tok = out[:, i - 1] sits at slot P + i - 1
+        slot = P + i - 1
+        logits, cache = model.decode_step(params, cfg, cache, tok, pos, slot, valid & (slots <= slot))
+        nxt = choose_tokens(logits, keys, i, temperature, top_k, top_p, mode)
+        nxt = jnp.where(done, tok, nxt)  # a stopped row repeats its stop token
+        out = jax.lax.dynamic_update_slice(out, nxt[:, None], (0, i))
+        return i + 1, out, cache, nxt, pos + 1, done | jnp.isin(nxt, stops)
+
+    steps, out, *_ = jax.lax.while_loop(cond, body, (jnp.int32(1), out, cache, first, pos, done))
+    return out, steps
+
+
+def rollout_no_cache(
+    params: model.Params, tokens: jax.Array, mask: jax.Array, *, cfg: ModelConfig, new_tokens: int
+) -> jax.Array:
+    """Reference greedy decoding without a cache: one full forward over the whole buffer per new token.
+
+    tokens/mask (B, P) left-padded -> new tokens (B, new_tokens) int32. Used by tests (the cached path must
+    agree token for token) and by the benchmark as the naive baseline.
+    """
+    B, P = tokens.shape
+    buf = jnp.concatenate([tokens, jnp.zeros((B, new_tokens), jnp.int32)], axis=1)  # (B, P + N)
+    full_mask = jnp.concatenate([mask, jnp.ones((B, new_tokens), bool)], axis=1)
+
+    def body(i, buf):  # causal attention: the zeros after column P + i - 1 cannot influence it
+        logits = model.forward(params, cfg, buf, full_mask)  # (B, P + N, V)
+        nxt = jnp.argmax(jax.lax.dynamic_index_in_dim(logits, P + i - 1, 1, keepdims=False), -1)
+        return jax.lax.dynamic_update_slice(buf, nxt.astype(jnp.int32)[:, None], (0, P + i))
+
+    return jax.lax.fori_loop(0, new_tokens, body, buf)[:, P:]
+
+
+def score(
+    params: model.Params, tokens: jax.Array, mask: jax.Array, targets: jax.Array, *, cfg: ModelConfig
+) -> tuple[jax.Array, jax.Array]:
+    """Log-probability of ``targets`` under teacher forcing.
+
+    tokens/mask (B, T) left-padded inputs; targets (B, T) int32, the token expected after each input position
+    (negative = not scored). Returns logp (B, T) float32 (0 where not scored) and greedy (B, T) bool (target is
+    the argmax). The (B, T, V) log-softmax is never materialised: only the log-sum-exp and the target logit.
+    """
+    logits = model.forward(params, cfg, tokens, mask)  # (B, T, V)
+    safe = jnp.maximum(targets, 0)
+    target_logit = jnp.take_along_axis(logits, safe[..., None], axis=-1)[..., 0]  # (B, T)
+    lse = jax.nn.logsumexp(logits, axis=-1)
+    greedy = target_logit >= jnp.max(logits, axis=-1)
+    scored = targets >= 0
+    return jnp.where(scored, target_logit - lse, 0.0), greedy & scored
+
+
+def logits(params: model.Params, tokens: jax.Array, mask: jax.Array, *, cfg: ModelConfig) -> jax.Array:
+    """tokens/mask (B, T) -> logits (B, T, V) float32."""
+    return model.forward(params, cfg, tokens, mask)
+
+
+rollout_jit = jax.jit(rollout, static_argnames=("cfg", "new_slots", "mode", "stop_ids"))
+rollout_no_cache_jit = jax.jit(rollout_no_cache, static_argnames=("cfg", "new_tokens"))
+score_jit = jax.jit(score, static_argnames=("cfg",))
+logits_jit = jax.jit(logits, static_argnames=("cfg",))

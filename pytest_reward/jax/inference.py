@@ -1,0 +1,594 @@
+"""``InferenceJob``: a model, its tokenizer and compiled programs, with a small Pythonic API.
+
+Strings in, dataclasses out::
+
+    job = InferenceJob.from_checkpoint(resolve_model("tiny-adder"))
+    [r] = job.rollout(["12+345="], max_new_tokens=8)            # r.text == "357"
+    [ll] = job.loglikelihood([("12+345=", "357")])              # ll.logprob, ll.num_tokens, ll.is_greedy
+    nll = job.token_nll(["12+345=357"])[0]                      # per-token negative log-likelihoods
+
+Shape buckets. A rollout call pads every prompt (left) to one length bucket ``P`` (a power of two >= 16, capped at
+``block_size``), rounds ``max_new_tokens`` up to a bucket ``N`` for the cache, and splits the rows into batches
+of ``B = per_device_batch_size * devices`` (fewer rows: the next power of two). One executable per ``(B, P, N,
+sampling mode)`` is compiled ahead of time and kept in ``self._executables``, so 8, 64 or 256 prompts of the same
+length range compile once. Scoring works the same way with ``(B, T)`` buckets.
+
+Devices. The batch axis is sharded over every device of the mesh (``jax.devices()``; ``XLA_FLAGS=
+--xla_force_host_platform_device_count=2`` makes two CPU devices), parameters are replicated. Several hosts: call
+``jax.distributed.initialize()`` in every process before building the job and give every process the same
+prompts; each process feeds its own shards of the global batch (``jax.make_array_from_callback``) and the results
+are gathered back to all processes. Only the single-process path is tested here.
+
+theseus duck type. The evaluation classes written for theseus's ``InferenceJob`` read ``block_size``,
+``per_device_batch_size``, ``replicas``, ``local_replicas``, ``mesh`` (axes ``("batch", "shard")``), ``state``
+(with ``.params``), ``state_sharding``, ``key``, ``length``, ``random``, ``log``, ``pad`` and call
+``forward(state, params, (x, None, mask), key=None, deterministic=True)`` inside their own jit. Those members are
+here, thin, below the primary API.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as PS
+
+from . import generate, model
+from .checkpoint import load_checkpoint, save_checkpoint
+from .compilation import enable_compilation_cache, install_compile_counter
+from .config import ModelConfig
+from .tokenizer import ByteTokenizer, Tokenizer, load_tokenizer
+
+FinishReason = Literal["eot", "stop", "length"]
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """One generated continuation.
+
+    Attributes:
+        prompt: the prompt text (rendered, if the prompt was a chat).
+        text: the generated text, cut before the end-of-text token or the first stop string.
+        tokens: generated ids; the end-of-text token is excluded, the tokens that spelled a stop string are kept.
+        finish_reason: ``"eot"`` (end-of-text / eos token), ``"stop"`` (a stop string) or ``"length"``.
+        prompt_index, sample_index: which prompt and which of its ``n`` samples this is.
+        prompt_tokens: the prompt ids fed to the model (after truncation, if any).
+    """
+
+    prompt: str
+    text: str
+    tokens: tuple[int, ...]
+    finish_reason: FinishReason
+    prompt_index: int
+    sample_index: int
+    prompt_tokens: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Loglikelihood:
+    """Score of a continuation given a context, as lm-eval's ``loglikelihood`` reports it.
+
+    Attributes:
+        logprob: sum of the continuation tokens' log-probabilities (natural log).
+        num_tokens: number of continuation tokens.
+        is_greedy: every continuation token is the argmax at its position.
+        token_logprobs: the per-token log-probabilities.
+    """
+
+    logprob: float
+    num_tokens: int
+    is_greedy: bool
+    token_logprobs: tuple[float, ...] = ()
+
+
+@dataclass
+class InferenceStats:
+    """Counters a test or a benchmark can read (and reset with :meth:`InferenceJob.reset_stats`)."""
+
+    compiles: int = 0  # executables built by this job (one per shape bucket and mode)
+    compile_seconds: float = 0.0  # lowering + XLA compile time of those
+    rollout_calls: int = 0
+    rollout_rows: int = 0  # prompts x samples
+    tokens_generated: int = 0  # new tokens returned (up to and including a stop token)
+    decode_steps: int = 0  # tokens produced per row before each batch's loop ended, summed over batches
+    score_calls: int = 0
+    tokens_scored: int = 0
+    compile_keys: list[tuple[Any, ...]] = field(default_factory=list)
+
+
+class InferenceState(NamedTuple):
+    """The theseus-style ``state``: anything with ``.params``."""
+
+    params: model.Params
+
+
+def _bucket(n: int, minimum: int, cap: int) -> int:
+    """Smallest power of two >= max(n, minimum), but at most ``cap`` (and at least ``n``)."""
+    b = max(minimum, 1 << max(0, math.ceil(math.log2(max(n, 1)))))
+    return max(n, min(b, cap))
+
+
+class InferenceJob:
+    """A model ready for rollouts and scoring. Build it with :meth:`from_checkpoint` or :meth:`from_params`.
+
+    Args:
+        config: the model's :class:`ModelConfig`.
+        params: parameter tree (numpy or jax arrays) as :func:`pytest_reward.jax.model.init_params` lays out.
+        tokenizer: a :class:`~pytest_reward.jax.tokenizer.Tokenizer` (``None``: a :class:`ByteTokenizer`).
+        block_size: context length used for checks (default: the model's ``max_positions``).
+        per_device_batch_size: rows per device per batch.
+        devices: devices to shard the batch over (default: all of ``jax.devices()``).
+        dtype: ``"float32"`` (default, exact) or ``"bfloat16"`` (weights and activations; logits stay float32).
+        seed: seeds ``key`` and the default rollout seeds.
+        compilation_cache_dir: enable jax's persistent compilation cache there (process-wide).
+        score_tokens_per_batch: bounds B x T of a scoring batch (the (B, T, V) logits live in memory).
+    """
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        params: model.Params,
+        tokenizer: Tokenizer | None = None,
+        *,
+        block_size: int | None = None,
+        per_device_batch_size: int = 32,
+        devices: Sequence[Any] | None = None,
+        dtype: str = "float32",
+        seed: int = 0,
+        compilation_cache_dir: str | Path | None = None,
+        score_tokens_per_batch: int = 8192,
+    ):
+        install_compile_counter()
+        if compilation_cache_dir is not None:
+            enable_compilation_cache(compilation_cache_dir)
+        self.config = config
+        self.tokenizer: Tokenizer = tokenizer if tokenizer is not None else ByteTokenizer()
+        self.block_size = int(block_size or config.max_positions)
+        if config.family == "gpt2" and self.block_size > config.max_positions:
+            raise ValueError(
+                f"block_size={self.block_size} exceeds the {config.max_positions} learned positions"
+            )
+        self.per_device_batch_size = int(per_device_batch_size)
+        self.score_tokens_per_batch = int(score_tokens_per_batch)
+        self.devices = list(devices) if devices is not None else jax.devices()
+        self.mesh = Mesh(np.array(self.devices).reshape(-1, 1), ("batch", "shard"))
+        self.replicas = len(self.devices)
+        self.local_replicas = sum(d.process_index == jax.process_index() for d in self.devices)
+        self._replicated = NamedSharding(self.mesh, PS())
+        self._batch_sharded = NamedSharding(self.mesh, PS("batch"))
+        self.dtype = jnp.dtype(dtype)
+        cast = jax.tree_util.tree_map(lambda a: np.asarray(a, dtype=self.dtype), params)
+        self.state = InferenceState(jax.device_put(cast, self._replicated))
+        self.state_sharding = InferenceState(jax.tree_util.tree_map(lambda _: self._replicated, cast))
+        self.seed = int(seed)
+        self.key = jax.random.PRNGKey(self.seed)
+        self.length = -1
+        self.random = random.Random(0xC0FFEE)
+        self.stats = InferenceStats()
+        self._executables: dict[tuple[Any, ...], Any] = {}
+        self._rollout_counter = 0
+        eos = [self.tokenizer.eot_token, *config.eos_token_ids]
+        self.stop_token_ids: tuple[int, ...] = tuple(
+            sorted({int(t) for t in eos if 0 <= int(t) < config.vocab_size})
+        )
+
+    # ------------------------------------------------------------------------------------------ construction
+    @classmethod
+    def from_checkpoint(
+        cls, path: str | Path, *, tokenizer: Tokenizer | Literal["auto"] | None = "auto", **kwargs: Any
+    ) -> InferenceJob:
+        """Load a Hugging Face model directory (``config.json`` + safetensors) and its tokenizer.
+
+        ``tokenizer="auto"`` loads the directory's tokenizer (:func:`load_tokenizer`); pass one to override it.
+        Other keyword arguments go to :class:`InferenceJob`.
+        """
+        cfg, params = load_checkpoint(path)
+        if tokenizer == "auto":
+            tokenizer = load_tokenizer(path)
+        return cls(cfg, params, tokenizer, **kwargs)
+
+    @classmethod
+    def from_params(cls, config: ModelConfig, params: model.Params, **kwargs: Any) -> InferenceJob:
+        """Wrap an in-memory parameter tree (e.g. fresh from training)."""
+        return cls(config, params, **kwargs)
+
+    @property
+    def params(self) -> model.Params:
+        return self.state.params
+
+    def save(self, path: str | Path, **kwargs: Any) -> Path:
+        """Write the model as a Hugging Face directory (weights in float32) and, when possible, the tokenizer."""
+        host = jax.tree_util.tree_map(lambda a: np.asarray(a, np.float32), self.params)
+        out = save_checkpoint(path, self.config, host, **kwargs)
+        if isinstance(self.tokenizer, ByteTokenizer):
+            self.tokenizer.save(out, model_max_length=self.block_size)
+        return out
+
+    def reset_stats(self) -> None:
+        """Zero the counters (compiled executables stay cached)."""
+        self.stats = InferenceStats()
+
+    # ------------------------------------------------------------------------------------------ compiled programs
+    def _executable(self, name: str, fn: Any, args: tuple[Any, ...], static: Mapping[str, Any]) -> Any:
+        shape_key = tuple((tuple(a.shape), str(a.dtype)) for a in args[1:] if hasattr(a, "shape"))
+        key = (name, shape_key, tuple(sorted((k, v) for k, v in static.items() if k != "cfg")))
+        exe = self._executables.get(key)
+        if exe is None:
+            t0 = time.perf_counter()
+            exe = fn.lower(*args, **static).compile()
+            self.stats.compile_seconds += time.perf_counter() - t0
+            self.stats.compiles += 1
+            self.stats.compile_keys.append(key)
+            self._executables[key] = exe
+        return exe
+
+    def _put_batch(self, array: np.ndarray) -> jax.Array:
+        """Host array with the global batch on axis 0 -> array sharded over the mesh's "batch" axis."""
+        return jax.make_array_from_callback(array.shape, self._batch_sharded, lambda idx: array[idx])
+
+    def _put_scalar(self, value: Any, dtype: Any) -> jax.Array:
+        arr = np.asarray(value, dtype=dtype)
+        return jax.make_array_from_callback(arr.shape, self._replicated, lambda idx: arr[idx])
+
+    def _fetch(self, array: jax.Array) -> np.ndarray:
+        if jax.process_count() > 1:  # pragma: no cover - multi-host only
+            from jax.experimental import multihost_utils
+
+            return np.asarray(multihost_utils.process_allgather(array, tiled=True))
+        return np.asarray(array)
+
+    def _batch_rows(self, n_rows: int, tokens_per_row: int | None = None) -> int:
+        """Rows per batch: a multiple of the device count, a power of two below the full batch."""
+        full = self.per_device_batch_size * self.replicas
+        if tokens_per_row:
+            full = min(full, max(self.replicas, self.score_tokens_per_batch // tokens_per_row))
+        rows = min(full, _bucket(n_rows, 1, full))
+        return max(self.replicas, -(-rows // self.replicas) * self.replicas)
+
+    # ------------------------------------------------------------------------------------------ padding
+    @staticmethod
+    def pad(
+        seqs: Sequence[Sequence[int]], pad_token: int = 0, pad_to: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Left-pad token lists: -> tokens int32 (N, T) and mask bool (N, T) (True = real token).
+
+        ``T`` is ``pad_to`` or the longest sequence; a longer sequence raises ``ValueError``.
+        """
+        T = max((len(s) for s in seqs), default=0) if pad_to is None else int(pad_to)
+        tokens = np.full((len(seqs), T), pad_token, np.int32)
+        mask = np.zeros((len(seqs), T), bool)
+        for i, s in enumerate(seqs):
+            if len(s) > T:
+                raise ValueError(f"sequence {i} has {len(s)} tokens, more than pad_to={T}")
+            if len(s):
+                tokens[i, T - len(s) :] = s
+                mask[i, T - len(s) :] = True
+        return tokens, mask
+
+    # ------------------------------------------------------------------------------------------ rollout
+    def rollout(
+        self,
+        prompts: Sequence[str | Sequence[Any]],
+        max_new_tokens: int = 64,
+        *,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        stop: str | Sequence[str] = (),
+        seed: int | None = None,
+        n: int = 1,
+        truncate: Literal["error", "left"] = "error",
+    ) -> list[Rollout]:
+        """Generate continuations of text prompts (or chats: lists of ``{"role", "content"}`` messages).
+
+        Returns ``len(prompts) * n`` :class:`Rollout`\\ s, the ``n`` samples of a prompt consecutive. Greedy when
+        ``temperature == 0``; otherwise samples with ``top_k`` (0 = off) and nucleus ``top_p``, reproducibly from
+        ``seed`` (``None``: a fresh seed from the job's ``seed`` and a call counter). A row stops at the
+        end-of-text/eos token or after ``max_new_tokens``; ``stop`` strings cut the text afterwards.
+
+        A prompt needs ``len(prompt_tokens) + max_new_tokens <= block_size``; a longer one raises ``ValueError``
+        unless ``truncate="left"``, which keeps the prompt's last tokens. An empty prompt starts from the
+        end-of-text token.
+        """
+        texts = [p if isinstance(p, str) else self.tokenizer.apply_chat_template(p) for p in prompts]
+        encoded = self.tokenizer.encode_batch(texts, allowed_special="all")
+        gens, prompt_ids = self.generate_tokens(
+            encoded,
+            max_new_tokens,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            seed=seed,
+            n=n,
+            truncate=truncate,
+        )
+        stops = [stop] if isinstance(stop, str) else [s for s in stop if s]
+        results = []
+        for row, gen in enumerate(gens):
+            i, j = divmod(row, n)
+            results.append(self._finish(texts[i], prompt_ids[i], gen, max_new_tokens, stops, i, j))
+        self.stats.tokens_generated += sum(len(g) for g in gens)
+        return results
+
+    def _finish(
+        self,
+        prompt: str,
+        prompt_ids: list[int],
+        gen: list[int],
+        max_new: int,
+        stops: list[str],
+        i: int,
+        j: int,
+    ) -> Rollout:
+        reason: FinishReason = "length"
+        if gen and gen[-1] in self.stop_token_ids:
+            gen, reason = gen[:-1], "eot"
+        text = self.tokenizer.decode(gen)
+        cut = min((k for k in (text.find(s) for s in stops) if k >= 0), default=-1)
+        if cut >= 0:
+            text, reason = text[:cut], "stop"
+            for m in range(1, len(gen) + 1):  # shortest token prefix that spells past the cut
+                if len(self.tokenizer.decode(gen[:m])) > cut and any(
+                    s in self.tokenizer.decode(gen[:m]) for s in stops
+                ):
+                    gen = gen[:m]
+                    break
+        return Rollout(prompt, text, tuple(gen), reason, i, j, tuple(prompt_ids))
+
+    def generate_tokens(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        *,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        n: int = 1,
+        truncate: Literal["error", "left"] = "error",
+    ) -> tuple[list[list[int]], list[list[int]]]:
+        """Token-level rollout: prompt id lists -> (``len(prompts) * n`` generated id lists, prompts as fed).
+
+        A generated list ends with the stop token that ended it, if any (see :meth:`rollout` for the rest).
+        """
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        if temperature < 0 or not 0 < top_p <= 1 or top_k < 0:
+            raise ValueError(f"invalid sampling: temperature={temperature}, top_k={top_k}, top_p={top_p}")
+        limit = self.block_size - max_new_tokens
+        if limit < 1:
+            raise ValueError(
+                f"max_new_tokens={max_new_tokens} leaves no room for a prompt in block_size={self.block_size}"
+            )
+        fed: list[list[int]] = []
+        for i, ids in enumerate(prompts):
+            ids = list(ids) or [self.tokenizer.eot_token]
+            if len(ids) > limit:
+                if truncate != "left":
+                    raise ValueError(
+                        f"prompt {i} has {len(ids)} tokens; with max_new_tokens={max_new_tokens} it needs "
+                        f"{len(ids) + max_new_tokens} positions but block_size is {self.block_size}. Shorten it, "
+                        f"lower max_new_tokens, or pass truncate='left' to keep its last {limit} tokens."
+                    )
+                ids = ids[-limit:]
+            fed.append(ids)
+        self.stats.rollout_calls += 1
+        if not fed:
+            return [], []
+        if seed is None:
+            seed = (self.seed * 1_000_003 + self._rollout_counter) % (2**32)
+        self._rollout_counter += 1
+
+        mode = generate.sampling_mode(temperature, top_k, top_p)
+        samples = 1 if mode == "greedy" else n  # greedy samples are identical: compute once, copy
+        rows = [(i, j) for i in range(len(fed)) for j in range(samples)]
+        P = _bucket(max(len(f) for f in fed), 16, limit)
+        new_slots = _bucket(max_new_tokens, 16, 1 << 30)
+        B = self._batch_rows(len(rows))
+        params = self.state.params
+        scalars = (
+            self._put_scalar(seed, np.uint32),
+            self._put_scalar(max_new_tokens, np.int32),
+            self._put_scalar(max(temperature, 1e-6), np.float32),
+            self._put_scalar(top_k, np.int32),
+            self._put_scalar(top_p, np.float32),
+        )
+        static = {"cfg": self.config, "new_slots": new_slots, "mode": mode, "stop_ids": self.stop_token_ids}
+        pending = []
+        for start in range(0, len(rows), B):
+            chunk = rows[start : start + B]
+            chunk = chunk + [chunk[-1]] * (B - len(chunk))  # pad the last batch with copies (dropped below)
+            tokens, mask = self.pad([fed[i] for i, _ in chunk], self.tokenizer.pad_token, P)
+            args = (
+                params,
+                self._put_batch(tokens),
+                self._put_batch(mask),
+                self._put_batch(np.asarray(chunk, np.int32)),
+            )
+            exe = self._executable("rollout", generate.rollout_jit, (*args, *scalars), static)
+            pending.append(exe(*args, *scalars))  # async dispatch: batches queue up on the devices
+        outs = []
+        for out, steps in pending:
+            outs.append(self._fetch(out))
+            self.stats.decode_steps += int(steps)
+        out = np.concatenate(outs)[: len(rows)]
+        stop_set = set(self.stop_token_ids)
+        gens = []
+        for r in out:
+            gen = r[:max_new_tokens].tolist()
+            for k, t in enumerate(gen):
+                if t in stop_set:
+                    gen = gen[: k + 1]
+                    break
+            gens.append(gen)
+        if samples != n:
+            gens = [g for g in gens for _ in range(n)]
+        self.stats.rollout_rows += len(gens)
+        return gens, fed
+
+    # ------------------------------------------------------------------------------------------ scoring
+    def _score_rows(
+        self, inputs: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Teacher-forced scoring of rows (inputs[i], targets[i]) of equal lengths <= block_size.
+
+        ``targets[i][t]`` is the token expected after ``inputs[i][:t+1]`` (negative = not scored). Returns per row
+        (logp (n_i,) float32, greedy (n_i,) bool).
+        """
+        if not inputs:
+            return []
+        T = _bucket(max(len(x) for x in inputs), 16, self.block_size)
+        B = self._batch_rows(len(inputs), T)
+        pending = []
+        for start in range(0, len(inputs), B):
+            idx = list(range(start, min(start + B, len(inputs))))
+            idx += [idx[-1]] * (B - len(idx))
+            tokens, mask = self.pad([inputs[i] for i in idx], self.tokenizer.pad_token, T)
+            tgt, _ = self.pad([targets[i] for i in idx], -1, T)
+            args = (self.state.params, self._put_batch(tokens), self._put_batch(mask), self._put_batch(tgt))
+            exe = self._executable("score", generate.score_jit, args, {"cfg": self.config})
+            pending.append(exe(*args))
+        logp = np.concatenate([self._fetch(a) for a, _ in pending])
+        greedy = np.concatenate([self._fetch(g) for _, g in pending])
+        self.stats.score_calls += 1
+        self.stats.tokens_scored += sum(len(x) for x in inputs)
+        return [(logp[i, T - len(x) :], greedy[i, T - len(x) :]) for i, x in enumerate(inputs)]
+
+    def _encode_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
+        """lm-eval's split: trailing context whitespace moves to the continuation; tokens are split from the
+        encoding of the whole string so merges across the boundary are respected."""
+        n_space = len(context) - len(context.rstrip())
+        if n_space:
+            continuation, context = context[-n_space:] + continuation, context[:-n_space]
+        if not context:
+            return [self._prefix_token], self.tokenizer.encode(continuation)
+        whole = self.tokenizer.encode(context + continuation)
+        ctx = self.tokenizer.encode(context)
+        return whole[: len(ctx)], whole[len(ctx) :]
+
+    @property
+    def _prefix_token(self) -> int:
+        bos = getattr(self.tokenizer, "bos_token", None)
+        return self.tokenizer.eot_token if bos is None else int(bos)
+
+    def loglikelihood(self, requests: Sequence[tuple[str, str]]) -> list[Loglikelihood]:
+        """Score ``(context, continuation)`` pairs like lm-eval: sum of continuation log-probs, count, greedy flag.
+
+        An empty context is replaced by the BOS (else end-of-text) token. Pairs longer than ``block_size + 1``
+        tokens keep their last tokens (the continuation must fit in ``block_size``).
+        """
+        inputs, targets, counts = [], [], []
+        for ctx_str, cont_str in requests:
+            ctx, cont = self._encode_pair(ctx_str, cont_str)
+            if len(cont) > self.block_size:
+                raise ValueError(
+                    f"continuation of {len(cont)} tokens does not fit block_size={self.block_size}"
+                )
+            whole = (ctx + cont)[-(self.block_size + 1) :]
+            inputs.append(whole[:-1])
+            targets.append([-1] * (len(whole) - 1 - len(cont)) + cont)
+            counts.append(len(cont))
+        scored = self._score_rows(inputs, targets)
+        out = []
+        for (logp, greedy), k in zip(scored, counts, strict=True):
+            lp = logp[len(logp) - k :] if k else logp[:0]
+            out.append(
+                Loglikelihood(
+                    float(lp.sum(dtype=np.float64)),
+                    k,
+                    bool(greedy[len(greedy) - k :].all()),
+                    tuple(lp.tolist()),
+                )
+            )
+        return out
+
+    def token_nll(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Per-token negative log-likelihood (nats) of each text, float32 (n_tokens,).
+
+        Every token is scored: the text is prefixed with the BOS (else end-of-text) token. Texts longer than
+        ``block_size`` are cut into consecutive windows of ``block_size`` predictions (no overlap), each scored
+        from the start of its window.
+        """
+        W = self.block_size
+        inputs, targets, owner = [], [], []
+        for i, text in enumerate(texts):
+            seq = [self._prefix_token, *self.tokenizer.encode(text)]
+            for s in range(0, len(seq) - 1, W):
+                inputs.append(seq[s : s + W][: len(seq) - 1 - s])
+                targets.append(seq[s + 1 : s + 1 + W])
+                owner.append(i)
+        scored = self._score_rows(inputs, targets)
+        parts: list[list[np.ndarray]] = [[] for _ in texts]
+        for (logp, _), i in zip(scored, owner, strict=True):
+            parts[i].append(-logp)
+        return [np.concatenate(p).astype(np.float32) if p else np.zeros(0, np.float32) for p in parts]
+
+    def perplexity(self, texts: Sequence[str]) -> float:
+        """Token-weighted corpus perplexity ``exp(sum nll / sum tokens)`` (lower is better)."""
+        nll = self.token_nll(texts)
+        n = sum(len(x) for x in nll)
+        return float(math.exp(sum(float(x.sum(dtype=np.float64)) for x in nll) / max(n, 1)))
+
+    def logits(self, sequences: Sequence[Sequence[int]]) -> list[np.ndarray]:
+        """Logits of token sequences: one float32 array (len_i, V) per sequence (row t predicts token t + 1)."""
+        if not sequences:
+            return []
+        T = _bucket(max(len(s) for s in sequences), 16, self.block_size)
+        if max(len(s) for s in sequences) > self.block_size:
+            raise ValueError(f"a sequence is longer than block_size={self.block_size}")
+        B = self._batch_rows(len(sequences), T)
+        out = []
+        for start in range(0, len(sequences), B):
+            idx = list(range(start, min(start + B, len(sequences))))
+            chunk = [sequences[i] for i in idx] + [sequences[idx[-1]]] * (B - len(idx))
+            tokens, mask = self.pad(chunk, self.tokenizer.pad_token, T)
+            args = (self.state.params, self._put_batch(tokens), self._put_batch(mask))
+            exe = self._executable("logits", generate.logits_jit, args, {"cfg": self.config})
+            lg = self._fetch(exe(*args))
+            out.extend(lg[k, T - len(sequences[i]) :] for k, i in enumerate(idx))
+        return out
+
+    # ------------------------------------------------------------------------------------------ theseus duck type
+    def forward(
+        self,
+        state: Any,
+        params: model.Params,
+        batch: tuple[Any, Any, Any],
+        key: Any = None,
+        deterministic: bool = True,
+        **kwargs: Any,
+    ) -> tuple[jax.Array, jax.Array | None, dict[str, Any]]:
+        """theseus's forward: ``(x (B, T) int32, y (B, T) int32 | None, mask (B, T) bool | None)`` ->
+        ``(logits (B, T, V) float32, loss, {})``. Pure and traceable; ``loss`` is the mean next-token NLL over
+        ``y >= 0`` when ``y`` is given, else ``None``."""
+        x, y, mask = batch
+        logits = model.forward(
+            params, self.config, jnp.asarray(x), None if mask is None else jnp.asarray(mask)
+        )
+        if y is None:
+            return logits, None, {}
+        y = jnp.asarray(y)
+        lp = jnp.take_along_axis(jax.nn.log_softmax(logits, -1), jnp.maximum(y, 0)[..., None], -1)[..., 0]
+        valid = y >= 0
+        return logits, -jnp.sum(jnp.where(valid, lp, 0.0)) / jnp.maximum(valid.sum(), 1), {}
+
+    def log(self, values: Mapping[str, Any]) -> None:
+        """theseus's metric hook: a no-op here."""
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (
+            f"InferenceJob({c.model_type}, L={c.n_layers}, D={c.d_model}, V={c.vocab_size}, "
+            f"block_size={self.block_size}, devices={self.replicas}, batch={self.per_device_batch_size}/device)"
+        )

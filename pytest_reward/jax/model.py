@@ -1,0 +1,254 @@
+"""The transformer: pure functions over a parameter pytree, GPT-2 and Llama/Qwen2 flavours in one file.
+
+Notation used in the shape comments: B batch, T tokens in the call, S key/value slots in a cache, D model width,
+H query heads, KV key/value heads, G = H // KV query heads per kv head, Dh head width, F MLP width, V vocab.
+
+Parameters are a plain dict (see :func:`init_params` for the full tree). Layers are a Python list and are
+unrolled at trace time, which measured 2-3x faster than ``lax.scan`` over stacked layers for CPU decoding.
+Query, key and value projections are fused into one ``(D, (H + 2 KV) Dh)`` matrix, and for the Llama family
+the gate and up projections into one ``(D, 2F)`` matrix, so each layer runs few, large matmuls.
+
+Padding is always on the left. A row's positions are ``cumsum(mask) - 1``, so the first real token has
+position 0 however much padding precedes it: the same prompt gives the same numbers alone or in a batch.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .config import ModelConfig, rope_inv_freq
+
+Params = dict[str, Any]
+#: One (key, value) pair per layer, each (B, KV, S, Dh).
+KVCache = tuple[tuple[jax.Array, jax.Array], ...]
+
+_NEG = -1e30  # masked attention score; finite so an all-masked (padding) query row stays NaN-free
+
+
+# ---------------------------------------------------------------------------------------------- init
+def init_params(cfg: ModelConfig, seed: int = 0, dtype: Any = np.float32, std: float = 0.02) -> Params:
+    """Random parameters as numpy arrays: normal(0, std), residual projections scaled by 1/sqrt(2L), norms at
+    1, biases at 0. Drawn with numpy's seeded generator (no XLA compile, deterministic everywhere).
+
+    Tree::
+
+        embed      (V, D)                      token embedding (also the unembedding when tied)
+        pos_embed  (T_max, D)                  GPT-2 only
+        layers[i]  attn_norm {scale (D,), bias (D,) GPT-2 only}
+                   qkv  {w (D, (H+2KV) Dh), b ((H+2KV) Dh,) if qkv_bias}
+                   out  {w (H Dh, D), b (D,) if out_bias}
+                   mlp_norm {scale, bias}
+                   up   {w (D, F) GPT-2 | (D, 2F) Llama: [gate | up], b if mlp_bias}
+                   down {w (F, D), b (D,) if mlp_bias}
+        final_norm {scale (D,), bias (D,) GPT-2 only}
+        lm_head    {w (D, V)}                  untied models only
+    """
+    D, F, V = cfg.d_model, cfg.d_ff, cfg.vocab_size
+    q_kv = (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim
+    rng = np.random.default_rng(seed)
+    resid_std = std / math.sqrt(2 * cfg.n_layers)
+
+    def normal(shape: tuple[int, ...], s: float = std) -> np.ndarray:
+        return (s * rng.standard_normal(shape, dtype=np.float32)).astype(dtype)
+
+    def norm() -> Params:
+        p = {"scale": np.ones((D,), dtype)}
+        if cfg.family == "gpt2":
+            p["bias"] = np.zeros((D,), dtype)
+        return p
+
+    def linear(n_in: int, n_out: int, bias: bool, s: float = std) -> Params:
+        p = {"w": normal((n_in, n_out), s)}
+        if bias:
+            p["b"] = np.zeros((n_out,), dtype)
+        return p
+
+    up_width = F if cfg.family == "gpt2" else 2 * F
+    params: Params = {"embed": normal((V, D))}
+    if cfg.family == "gpt2":
+        params["pos_embed"] = normal((cfg.max_positions, D), 0.01)
+    params["layers"] = [
+        {
+            "attn_norm": norm(),
+            "qkv": linear(D, q_kv, cfg.qkv_bias),
+            "out": linear(cfg.n_heads * cfg.head_dim, D, cfg.out_bias, resid_std),
+            "mlp_norm": norm(),
+            "up": linear(D, up_width, cfg.mlp_bias),
+            "down": linear(F, D, cfg.mlp_bias, resid_std),
+        }
+        for _ in range(cfg.n_layers)
+    ]
+    params["final_norm"] = norm()
+    if not cfg.tie_embeddings:
+        params["lm_head"] = {"w": normal((D, V))}
+    return params
+
+
+# ---------------------------------------------------------------------------------------------- pieces
+def positions_from_mask(mask: jax.Array) -> jax.Array:
+    """(B, T) bool, left-padded -> (B, T) int32 positions; the first real token is 0, padding is 0."""
+    return jnp.maximum(jnp.cumsum(mask.astype(jnp.int32), axis=-1) - 1, 0)
+
+
+def _linear(p: Params, x: jax.Array) -> jax.Array:
+    y = x @ p["w"]
+    return y + p["b"] if "b" in p else y
+
+
+def _norm(p: Params, x: jax.Array, cfg: ModelConfig) -> jax.Array:
+    """LayerNorm (GPT-2) or RMSNorm (Llama) over the last axis, computed in float32."""
+    x32 = x.astype(jnp.float32)
+    if cfg.family == "gpt2":
+        mean = x32.mean(-1, keepdims=True)
+        var = jnp.square(x32 - mean).mean(-1, keepdims=True)
+        y = (x32 - mean) * jax.lax.rsqrt(var + cfg.norm_eps)
+        return (y.astype(x.dtype) * p["scale"] + p["bias"]).astype(x.dtype)
+    var = jnp.square(x32).mean(-1, keepdims=True)
+    return p["scale"] * (x32 * jax.lax.rsqrt(var + cfg.norm_eps)).astype(x.dtype)
+
+
+def _mlp(p: Params, x: jax.Array, cfg: ModelConfig) -> jax.Array:
+    """(..., D) -> (..., D)."""
+    h = _linear(p["up"], x)  # (..., F) or (..., 2F)
+    if cfg.family == "gpt2":
+        h = jax.nn.gelu(h, approximate=cfg.activation == "gelu_tanh")
+    else:
+        gate, up = jnp.split(h, 2, axis=-1)
+        h = jax.nn.silu(gate) * up
+    return _linear(p["down"], h)
+
+
+def _rope(x: jax.Array, pos: jax.Array, cfg: ModelConfig) -> jax.Array:
+    """Rotate (..., T, Dh) by positions (B, T) with the half-split convention of transformers.
+
+    ``x`` is (B, N, T, Dh) or (B, N, G, T, Dh); ``pos`` broadcasts over the head axes.
+    """
+    inv = jnp.asarray(rope_inv_freq(cfg))  # (Dh/2,)
+    angles = pos.astype(jnp.float32)[..., None] * inv  # (B, T, Dh/2)
+    extra = x.ndim - 3  # head axes between B and T
+    angles = angles.reshape(angles.shape[0], *([1] * extra), *angles.shape[1:])
+    cos, sin = jnp.cos(angles).astype(x.dtype), jnp.sin(angles).astype(x.dtype)
+    x1, x2 = jnp.split(x, 2, axis=-1)
+    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+
+
+def _split_qkv(h: jax.Array, cfg: ModelConfig) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(B, T, (H+2KV) Dh) -> q (B, KV, G, T, Dh), k (B, KV, T, Dh), v (B, KV, T, Dh)."""
+    B, T, _ = h.shape
+    H, KV, Dh = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    q, k, v = jnp.split(h, [H * Dh, (H + KV) * Dh], axis=-1)
+    q = q.reshape(B, T, KV, H // KV, Dh).transpose(0, 2, 3, 1, 4)
+    k = k.reshape(B, T, KV, Dh).transpose(0, 2, 1, 3)
+    v = v.reshape(B, T, KV, Dh).transpose(0, 2, 1, 3)
+    return q, k, v
+
+
+def _attend(q: jax.Array, k: jax.Array, v: jax.Array, allowed: jax.Array, cfg: ModelConfig) -> jax.Array:
+    """Grouped-query attention.
+
+    q (B, KV, G, Tq, Dh), k/v (B, KV, S, Dh), allowed (B, 1, 1, Tq, S) bool -> (B, Tq, H Dh).
+    """
+    scale = 1.0 / math.sqrt(cfg.head_dim)
+    s = jnp.einsum("bkgqd,bksd->bkgqs", q, k).astype(jnp.float32) * scale  # (B, KV, G, Tq, S)
+    s = jnp.where(allowed, s, _NEG)
+    w = jax.nn.softmax(s, axis=-1).astype(v.dtype)
+    o = jnp.einsum("bkgqs,bksd->bkgqd", w, v)  # (B, KV, G, Tq, Dh)
+    B, KV, G, Tq, Dh = o.shape
+    return o.transpose(0, 3, 1, 2, 4).reshape(B, Tq, KV * G * Dh)
+
+
+def _embed(params: Params, cfg: ModelConfig, tokens: jax.Array, pos: jax.Array) -> jax.Array:
+    """tokens, pos (B, T) -> (B, T, D)."""
+    x = params["embed"][tokens]
+    if cfg.family == "gpt2":
+        x = x + params["pos_embed"][pos]
+    return x
+
+
+def unembed(params: Params, cfg: ModelConfig, x: jax.Array) -> jax.Array:
+    """Final norm and logits: (..., D) -> (..., V) float32."""
+    x = _norm(params["final_norm"], x, cfg)
+    if cfg.tie_embeddings:
+        return (x @ params["embed"].T).astype(jnp.float32)
+    return (x @ params["lm_head"]["w"]).astype(jnp.float32)
+
+
+# ---------------------------------------------------------------------------------------------- full forward
+def hidden_states(
+    params: Params, cfg: ModelConfig, tokens: jax.Array, mask: jax.Array | None = None
+) -> tuple[jax.Array, list[tuple[jax.Array, jax.Array]]]:
+    """Causal forward over a left-padded batch, without the unembedding.
+
+    tokens (B, T) int32, mask (B, T) bool (True = real token; ``None`` = no padding).
+    Returns the last hidden state before the final norm (B, T, D) and each layer's rotated keys and values,
+    (B, KV, T, Dh) each, ready to seed a KV cache.
+    """
+    B, T = tokens.shape
+    if mask is None:
+        mask = jnp.ones((B, T), bool)
+    pos = positions_from_mask(mask)  # (B, T)
+    causal = jnp.tril(jnp.ones((T, T), bool))
+    allowed = (causal[None] & mask[:, None, :])[:, None, None]  # (B, 1, 1, T, T)
+    x = _embed(params, cfg, tokens, pos)
+    kvs = []
+    for lp in params["layers"]:
+        q, k, v = _split_qkv(_linear(lp["qkv"], _norm(lp["attn_norm"], x, cfg)), cfg)
+        if cfg.family == "llama":
+            q, k = _rope(q, pos, cfg), _rope(k, pos, cfg)
+        x = x + _linear(lp["out"], _attend(q, k, v, allowed, cfg))
+        x = x + _mlp(lp, _norm(lp["mlp_norm"], x, cfg), cfg)
+        kvs.append((k, v))
+    return x, kvs
+
+
+def forward(params: Params, cfg: ModelConfig, tokens: jax.Array, mask: jax.Array | None = None) -> jax.Array:
+    """Logits of a left-padded batch: tokens (B, T) int32, mask (B, T) bool -> (B, T, V) float32."""
+    x, _ = hidden_states(params, cfg, tokens, mask)
+    return unembed(params, cfg, x)
+
+
+# ---------------------------------------------------------------------------------------------- cached decode
+def init_cache(kvs: list[tuple[jax.Array, jax.Array]], extra_slots: int) -> KVCache:
+    """Grow prefill keys/values (B, KV, P, Dh) to a cache of P + extra_slots slots (B, KV, S, Dh)."""
+    widen = ((0, 0), (0, 0), (0, extra_slots), (0, 0))
+    return tuple((jnp.pad(k, widen), jnp.pad(v, widen)) for k, v in kvs)
+
+
+def decode_step(
+    params: Params,
+    cfg: ModelConfig,
+    cache: KVCache,
+    token: jax.Array,
+    pos: jax.Array,
+    slot: jax.Array,
+    valid: jax.Array,
+) -> tuple[jax.Array, KVCache]:
+    """One new token per row through the network, reading and extending the KV cache.
+
+    token (B,) int32, pos (B,) int32 its position, slot () int32 the cache slot to write, valid (B, S) bool the
+    slots this token may attend to (it must include ``slot``). Returns logits (B, V) float32 and the new cache.
+    """
+    B = token.shape[0]
+    x = _embed(params, cfg, token[:, None], pos[:, None])  # (B, 1, D)
+    allowed = valid[:, None, None, None, :]  # (B, 1, 1, 1, S)
+    new_cache = []
+    for lp, (ck, cv) in zip(params["layers"], cache, strict=True):
+        q, k, v = _split_qkv(_linear(lp["qkv"], _norm(lp["attn_norm"], x, cfg)), cfg)  # q (B,KV,G,1,Dh)
+        if cfg.family == "llama":
+            q, k = _rope(q, pos[:, None], cfg), _rope(k, pos[:, None], cfg)
+        ck = jax.lax.dynamic_update_slice(ck, k.astype(ck.dtype), (0, 0, slot, 0))  # (B, KV, S, Dh)
+        cv = jax.lax.dynamic_update_slice(cv, v.astype(cv.dtype), (0, 0, slot, 0))
+        x = x + _linear(lp["out"], _attend(q, ck, cv, allowed, cfg))
+        x = x + _mlp(lp, _norm(lp["mlp_norm"], x, cfg), cfg)
+        new_cache.append((ck, cv))
+    return unembed(params, cfg, x.reshape(B, -1)), tuple(new_cache)
+
+
+def param_count(params: Params) -> int:
+    """Number of scalars in a parameter tree."""
+    return int(sum(np.prod(x.shape) for x in jax.tree_util.tree_leaves(params)))

@@ -1,0 +1,94 @@
+"""Fixtures for the JAX engine tests: small random transformers checkpoints and the shipped tiny-adder model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("jax")
+
+from pytest_reward.jax import InferenceJob, ModelConfig, init_params, resolve_model
+
+VOCAB = 300  # > 257 so the byte tokenizer's ids are valid for the random models too
+
+
+def _hf_models() -> dict[str, object]:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    common = {"vocab_size": VOCAB, "bos_token_id": 256, "eos_token_id": 256, "pad_token_id": 256}
+    gpt2 = transformers.GPT2Config(n_positions=96, n_embd=64, n_layer=2, n_head=4, **common)
+    llama = transformers.LlamaConfig(
+        hidden_size=64,
+        intermediate_size=112,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,  # grouped-query attention
+        max_position_embeddings=96,
+        rope_theta=5000.0,
+        tie_word_embeddings=False,
+        **common,
+    )
+    qwen2 = transformers.Qwen2Config(
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        max_position_embeddings=96,
+        rope_theta=1_000_000.0,
+        tie_word_embeddings=True,
+        **common,
+    )
+    return {
+        "gpt2": transformers.GPT2LMHeadModel(gpt2),
+        "llama": transformers.LlamaForCausalLM(llama),
+        "qwen2": transformers.Qwen2ForCausalLM(qwen2),
+    }
+
+
+@pytest.fixture(scope="session")
+def hf_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, object]]:
+    """name -> (directory written by ``save_pretrained``, the transformers model in eval mode)."""
+    root = tmp_path_factory.mktemp("hf")
+    out = {}
+    for name, m in _hf_models().items():
+        # Random init gives near-uniform logits; scale the weights up so greedy decisions are far from ties.
+        import torch
+
+        with torch.no_grad():
+            for p in m.parameters():
+                if p.ndim >= 2:
+                    p.mul_(4.0)
+        m.eval()
+        m.save_pretrained(root / name)
+        out[name] = (root / name, m)
+    return out
+
+
+@pytest.fixture(scope="session")
+def adder_dir() -> Path:
+    return resolve_model("tiny-adder")
+
+
+@pytest.fixture(scope="session")
+def adder(adder_dir: Path) -> InferenceJob:
+    return InferenceJob.from_checkpoint(adder_dir, per_device_batch_size=64)
+
+
+@pytest.fixture(scope="session")
+def random_gpt() -> InferenceJob:
+    """A random byte-level GPT-2 (vocab 257), sharp enough that greedy paths are not ties."""
+
+    cfg = ModelConfig.gpt2(vocab_size=257, d_model=64, n_layers=2, n_heads=4, max_positions=128)
+    params = init_params(cfg, seed=1, std=0.2)
+    return InferenceJob(cfg, params, per_device_batch_size=8)
+
+
+def random_prompts(n: int, lo: int, hi: int, seed: int = 0) -> list[str]:
+    """``n`` lowercase ASCII prompts with lengths in [lo, hi], both ends included."""
+    rng = np.random.default_rng(seed)
+    lengths = [lo, hi, *rng.integers(lo, hi + 1, max(0, n - 2)).tolist()][:n]
+    return ["".join(chr(c) for c in rng.integers(97, 123, k)) for k in lengths]

@@ -16,6 +16,56 @@ SUBCOMMANDS: dict[
 ] = {}
 
 
+def _compare_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
+    parser.add_argument("baseline", help="stored run to compare against: name, number, 'latest' or a path")
+    parser.add_argument("current", help="stored run to compare: name, number, 'latest' or a path")
+    parser.add_argument("--storage", default=".reward", help="directory of stored runs (default: .reward)")
+    parser.add_argument(
+        "--fail",
+        action="append",
+        default=[],
+        metavar="RULES",
+        help="fail (exit 1) when a drop exceeds a tolerance: mean:0.02,pass_rate:0.05,sample:0.3",
+    )
+    parser.add_argument(
+        "--strict", action="store_true", help="mean/pass_rate rules need the interval below zero too"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    parser.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples (default 2000)")
+
+    def run(args: argparse.Namespace) -> int:
+        import shutil
+        from pathlib import Path
+
+        import pytest
+
+        from .baseline import Storage, compare_runs, evaluate_rules, parse_rules
+        from .report.terminal import render_comparison
+
+        storage = Storage(Path(args.storage))
+        try:
+            rules = parse_rules(args.fail, "--fail")
+            base_path, cur_path = storage.resolve(args.baseline), storage.resolve(args.current)
+            base, cur = storage.load(base_path), storage.load(cur_path)
+        except pytest.UsageError as exc:
+            print(f"pytest-reward compare: {exc}", file=sys.stderr)
+            return 4
+        comparisons = compare_runs(cur, base, seed=args.seed, n_resamples=args.resamples)
+        markup = sys.stdout.isatty()
+        width = shutil.get_terminal_size((120, 24)).columns
+        print(f"{cur_path.stem} vs {base_path.stem}")
+        print(render_comparison(comparisons, base_path.stem, markup=markup, width=width), end="")
+        failures = evaluate_rules(comparisons, rules, strict=args.strict)
+        for line in failures:
+            print(f"FAIL {line}")
+        return 1 if failures else 0
+
+    return run
+
+
+SUBCOMMANDS["compare"] = ("Compare two stored runs (no test is run).", _compare_command)
+
+
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[[argparse.Namespace], int]]]:
     parser = argparse.ArgumentParser(
         prog="pytest-reward",

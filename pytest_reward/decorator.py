@@ -94,6 +94,9 @@ class RewardSpec:
     resources: dict[str, Any] | None = None
     foreign: bool = False
     """True for functions decorated by an installed ``reward_kit`` (collected, never re-wrapped)."""
+    module: str | None = None
+    code: tuple[str, int] | None = None
+    """(file, first line) of the function, where its warnings point."""
     legacy_warned: bool = field(default=False, compare=False)
 
     def accepts(self, name: str) -> bool:
@@ -185,7 +188,14 @@ def analyse(
         requirements=tuple(requirements or ()),
         resources=resources,
         foreign=foreign,
+        module=getattr(func, "__module__", None),
+        code=_code_location(func),
     )
+
+
+def _code_location(func: Callable[..., Any]) -> tuple[str, int] | None:
+    code = getattr(inspect.unwrap(func), "__code__", None)
+    return (code.co_filename, code.co_firstlineno) if code is not None else None
 
 
 # --- input coercion --------------------------------------------------------------------------------------
@@ -265,13 +275,19 @@ def _validation_failure(spec: RewardSpec, exc: ValidationError, value: Any) -> R
 
 def _from_legacy(spec: RewardSpec, result: RewardOutput) -> EvaluateResult:
     if not spec.legacy_warned:
-        spec.legacy_warned = True
-        warnings.warn(
+        # Attributed to the reward function's own module and line, so that warning filters and reports point
+        # at the user's code. The flag is set only once the warning went out (an "error" filter raises here).
+        code = spec.code
+        warnings.warn_explicit(
             f"reward function '{spec.name}' returned the legacy RewardOutput; return EvaluateResult instead "
             "(RewardOutput support will be removed).",
             DeprecationWarning,
-            stacklevel=4,
+            filename=code[0] if code else "<reward function>",
+            lineno=code[1] if code else 0,
+            module=spec.module,
+            registry=None,
         )
+        spec.legacy_warned = True
     return result.to_evaluate_result()
 
 

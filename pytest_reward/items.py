@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import random
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -201,7 +203,7 @@ class SampleItem(_RewardItem):
             self._record(outcome)
         else:
             try:
-                result = self.invoker.call(sample)
+                result, runs = self.invoker.call(sample)
             except InvalidResult as exc:
                 outcome = self.invoker.outcome(
                     sample, None, error=str(exc), duration=time.perf_counter() - start
@@ -217,7 +219,7 @@ class SampleItem(_RewardItem):
                     )
                 )
                 raise
-            outcome = self.invoker.outcome(sample, result, duration=time.perf_counter() - start)
+            outcome = self.invoker.outcome(sample, result, runs=runs, duration=time.perf_counter() - start)
             self._record(outcome)
         if outcome.verdict == FAIL:
             raise RewardFailure(
@@ -327,23 +329,32 @@ class FileItem(_RewardItem):
     def runtest(self) -> None:
         __tracebackhide__ = True
         label = self.invoker.file_label
-        acc = GroupAccumulator(self.fn.name, label, self.fn.gates)
+        settings = self.rs.settings
+        acc = GroupAccumulator(self.fn.name, label, self.fn.gates, flaky_spread=settings.flaky_spread)
         failing: list[SampleOutcome] = []
         n_failing = 0
         lowest: list[SampleOutcome] = []
-        for outcome in self._outcomes():
-            acc.add(outcome)
-            if outcome.verdict == FAIL:
-                n_failing += 1
-                if len(failing) < self.WORST:
-                    failing.append(outcome)
-            elif outcome.score is not None:
-                lowest.append(outcome)
-                if len(lowest) > 4 * self.WORST:
-                    lowest.sort(key=lambda o: o.score)  # type: ignore[arg-type, return-value]
-                    del lowest[self.WORST :]
-        lowest.sort(key=lambda o: o.score)  # type: ignore[arg-type, return-value]
-        settings = self.rs.settings
+        reservoir = Reservoir(settings.preview, seed=(settings.seed, self.fn.name, label))
+        rows = self.rs.open_rows_part(self.fn.name, label)
+        try:
+            for outcome in self._outcomes():
+                acc.add(outcome)
+                reservoir.offer(outcome)
+                if rows is not None:
+                    rows.write(json.dumps(outcome.row(), ensure_ascii=False) + "\n")
+                if outcome.verdict == FAIL:
+                    n_failing += 1
+                    if len(failing) < self.WORST:
+                        failing.append(outcome)
+                elif outcome.score is not None:
+                    lowest.append(outcome)
+                    if len(lowest) > 4 * self.WORST:
+                        lowest.sort(key=_by_score)
+                        del lowest[self.WORST :]
+        finally:
+            if rows is not None:
+                rows.close()
+        lowest.sort(key=_by_score)
         summary = acc.summary(seed=settings.seed, n_resamples=settings.n_resamples)
         worst = failing + lowest[: max(0, self.WORST - len(failing))]
         self.user_properties.extend([("reward.n", summary.n), ("reward.failed", n_failing)])
@@ -353,6 +364,9 @@ class FileItem(_RewardItem):
             {
                 "summary": summary.to_dict(),
                 "worst": [o.to_dict() for o in worst],
+                "preview": [o.to_dict() for o in reservoir.items],
+                "flaky": [o.to_dict() for o in acc.flaky],
+                "rows_file": rows.name if rows is not None else None,
                 "verdict": FAIL if n_failing else "pass",
             }
         )
@@ -376,6 +390,31 @@ class FileItem(_RewardItem):
         return self._crash_repr(
             excinfo, f"{self.fn.name} on {self.invoker.file_label}: {describe_exception(excinfo.value)}", []
         )
+
+
+def _by_score(outcome: SampleOutcome) -> float:
+    return outcome.score if outcome.score is not None else float("-inf")
+
+
+class Reservoir:
+    """A seeded uniform sample of ``size`` outcomes from a stream (Algorithm R), for previews of big files."""
+
+    def __init__(self, size: int, *, seed: Any) -> None:
+        self.size = size
+        self.items: list[SampleOutcome] = []
+        self.seen = 0
+        self._rng = random.Random(repr(seed))
+
+    def offer(self, outcome: SampleOutcome) -> None:
+        if self.size <= 0:
+            return
+        self.seen += 1
+        if len(self.items) < self.size:
+            self.items.append(outcome)
+            return
+        j = self._rng.randrange(self.seen)
+        if j < self.size:
+            self.items[j] = outcome
 
 
 class BatchScheduler:
@@ -423,7 +462,9 @@ class SamplesFile(pytest.File):
             granularity = "sample" if lines <= settings.max_items_per_file else "file"
         if granularity == "file":
             for fn in functions:
-                yield FileItem.from_parent(self, name=fn.name, fn=fn, invoker=Invoker(fn, label), rs=rs)
+                yield FileItem.from_parent(
+                    self, name=fn.name, fn=fn, invoker=Invoker(fn, label, runs=settings.runs), rs=rs
+                )
             return
         yield from self._sample_items(rs, functions, label)
 
@@ -463,7 +504,7 @@ class SamplesFile(pytest.File):
                 groups=list(groups.values()),
             )
         for fn in functions:
-            invoker = Invoker(fn, label)
+            invoker = Invoker(fn, label, runs=settings.runs)
             batch = (
                 BatchScheduler(invoker, [s for s in samples if not s.prompt_only], settings.batch_size)
                 if invoker.batch

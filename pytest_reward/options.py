@@ -33,6 +33,8 @@ class Option:
     metavar: str | None = None
     choices: tuple[str, ...] = ()
     append: bool = False
+    const: Any = None
+    """With ``const``, the flag's value is optional (``--reward-preview`` or ``--reward-preview=10``)."""
 
     @property
     def dest(self) -> str:
@@ -163,6 +165,85 @@ OPTIONS: tuple[Option, ...] = (
         metavar="N",
     ),
     Option(None, "reward_bootstrap_resamples", "int", 2000, "Bootstrap resamples for confidence intervals."),
+    Option(
+        "--reward-runs",
+        "reward_runs",
+        "int",
+        1,
+        "Score each sample K times (stochastic rewards such as LLM "
+        "judges); a sample's score is the mean of its runs.",
+        metavar="K",
+    ),
+    Option(
+        "--reward-flaky-spread",
+        "reward_flaky_spread",
+        "float",
+        0.1,
+        "With --reward-runs, list samples whose per-run standard deviation exceeds this as flaky.",
+        metavar="SD",
+    ),
+    Option(
+        "--reward-preview",
+        None,
+        "int",
+        0,
+        "After the run, show N samples per function (worst first, then "
+        "random with --reward-seed): conversation, score, metrics, reason, verdict. N defaults to 5.",
+        metavar="N",
+        const=5,
+    ),
+    Option(
+        "--reward-report",
+        "reward_report_dir",
+        "str",
+        None,
+        "Write results.jsonl, summary.json and a self-contained report.html into this directory.",
+        metavar="DIR",
+    ),
+    Option(
+        None,
+        "reward_storage",
+        "str",
+        ".reward",
+        "Directory of stored runs (baselines), relative to the rootdir.",
+    ),
+    Option(
+        "--reward-save",
+        None,
+        "str",
+        None,
+        "Store this run's per-sample scores as a baseline, optionally named (default: the git commit).",
+        metavar="NAME",
+        const="",
+    ),
+    Option("--reward-autosave", "reward_autosave", "bool", False, "Store every run, named <commit>_<time>."),
+    Option(
+        "--reward-compare",
+        None,
+        "str",
+        None,
+        "Compare with a stored run: its name, its number, 'latest' (default) or a path.",
+        metavar="RUN",
+        const="latest",
+    ),
+    Option(
+        "--reward-compare-fail",
+        "reward_compare_fail",
+        "args",
+        [],
+        "Fail when a drop vs the compared run "
+        "exceeds a tolerance: mean:0.02,pass_rate:0.05,sample:0.3 (repeatable).",
+        metavar="RULES",
+        append=True,
+    ),
+    Option(
+        "--reward-compare-strict",
+        "reward_compare_strict",
+        "bool",
+        False,
+        "Fail mean and pass_rate rules only "
+        "when the paired bootstrap interval of the drop also excludes zero.",
+    ),
 )
 
 
@@ -182,6 +263,21 @@ class Settings:
     batch_size: int = 32
     seed: int = 0
     n_resamples: int = 2000
+    runs: int = 1
+    flaky_spread: float = 0.1
+    preview: int = 0
+    report_dir: Path | None = None
+    storage: Path = Path(".reward")
+    save: str | None = None
+    autosave: bool = False
+    compare: str | None = None
+    compare_fail: tuple[str, ...] = ()
+    compare_strict: bool = False
+
+    @property
+    def needs_rows(self) -> bool:
+        """Whether every sample's row must reach the controller (reports, stored runs, comparisons)."""
+        return bool(self.report_dir or self.save is not None or self.autosave or self.compare)
 
     @property
     def active(self) -> bool:
@@ -198,6 +294,10 @@ def register(parser: pytest.Parser) -> None:
                 kwargs.update(action="append", default=[])
             elif opt.kind == "bool":
                 kwargs.update(action="store_true", default=None)
+            elif opt.const is not None:
+                kwargs.update(nargs="?", const=opt.const, default=None)
+                if opt.kind == "int":
+                    kwargs["type"] = int
             else:
                 kwargs.update(default=None)
                 if opt.choices:
@@ -316,7 +416,27 @@ def resolve(config: pytest.Config) -> Settings:
         n_resamples=_positive(
             "reward_bootstrap_resamples", *values["reward_bootstrap_resamples"], minimum=100
         ),
+        runs=_positive("--reward-runs", *values["reward_runs"]),
+        flaky_spread=values["reward_flaky_spread"][0],
+        preview=_positive("--reward-preview", *values["reward_preview"], minimum=0),
+        report_dir=_path(
+            values["reward_report"][0],
+            config.rootpath if values["reward_report"][1].startswith("ini") else config.invocation_params.dir,
+        ),
+        storage=_path(values["reward_storage"][0], config.rootpath) or config.rootpath / ".reward",
+        save=values["reward_save"][0],
+        autosave=bool(values["reward_autosave"][0]),
+        compare=values["reward_compare"][0],
+        compare_fail=tuple(values["reward_compare_fail"][0]),
+        compare_strict=bool(values["reward_compare_strict"][0]),
     )
+
+
+def _path(value: str | None, base: Path) -> Path | None:
+    if not value:
+        return None
+    path = Path(os.path.expanduser(value))
+    return path if path.is_absolute() else base / path
 
 
 def markdown_table() -> str:

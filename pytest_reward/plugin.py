@@ -39,6 +39,15 @@ def pytest_configure(config: pytest.Config) -> None:
     rs.note_explicit(list(config.args))
     config.stash[session_key] = rs
     config.pluginmanager.register(RewardHooks(rs), "pytest-reward-session")
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(XdistHooks(rs), "pytest-reward-xdist")
+    rs.setup_parts_dir()
+    if not rs.is_worker:
+        # Bad baselines and compare rules are usage errors, before anything runs.
+        from .baseline import parse_rules
+
+        parse_rules(settings.compare_fail)
+        rs.load_baseline()
     # Named samples files become collection arguments (pytest de-duplicates overlaps).
     for path in settings.samples:
         if str(path) not in config.args:
@@ -137,6 +146,8 @@ class RewardHooks:
         if rs.is_worker or session.config.option.collectonly:
             return result
         failed = sum(len(r.failed_gates) for r in rs.finish())
+        failed += len(rs.compare())
+        failed += len(rs.write_outputs())
         if failed:
             session.testsfailed += failed
         return result
@@ -156,7 +167,22 @@ class RewardHooks:
             scoring.close_loop()
 
 
+class XdistHooks:
+    """Registered only when pytest-xdist is loaded: controller → worker settings."""
+
+    def __init__(self, rs: RewardSession) -> None:
+        self.rs = rs
+
+    def pytest_configure_node(self, node: Any) -> None:
+        if self.rs.parts_dir is not None:
+            node.workerinput["reward_parts_dir"] = str(self.rs.parts_dir)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
-    plugin = config.pluginmanager.get_plugin("pytest-reward-session")
-    if plugin is not None:
-        config.pluginmanager.unregister(plugin)
+    rs = _state(config)
+    if rs is not None:
+        rs.cleanup()
+    for name in ("pytest-reward-session", "pytest-reward-xdist"):
+        plugin = config.pluginmanager.get_plugin(name)
+        if plugin is not None:
+            config.pluginmanager.unregister(plugin)

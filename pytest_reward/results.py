@@ -64,6 +64,29 @@ class SampleOutcome:
     def from_dict(cls, data: dict[str, Any]) -> SampleOutcome:
         return cls(**data)
 
+    def row(self) -> dict[str, Any]:
+        """One line of ``results.jsonl``."""
+        row: dict[str, Any] = {
+            "function": self.function,
+            "file": self.file,
+            "line": self.line,
+            "id": self.sample_id,
+            "key": self.key,
+            "score": self.score,
+            "metrics": {name: m["score"] for name, m in self.metrics.items()},
+            "reason": self.reason,
+            "verdict": self.verdict,
+            "error": self.error,
+            "failures": self.failures,
+            "duration": round(self.duration, 6),
+            "user": self.user,
+            "response": self.response,
+        }
+        if "runs" in self.extra:
+            row["runs"] = self.extra["runs"]
+            row["spread"] = self.extra.get("spread")
+        return row
+
 
 def _metric_scores(result: EvaluateResult) -> dict[str, dict[str, Any]]:
     return {
@@ -196,6 +219,8 @@ class Summary:
     gate_pass_ci: dict[str, Any] | None = None
     metrics: dict[str, MetricSummary] = field(default_factory=dict)
     expected: int | None = None
+    histogram: dict[str, Any] | None = None
+    n_flaky: int = 0
 
     @property
     def complete(self) -> bool:
@@ -214,10 +239,16 @@ class Summary:
 class GroupAccumulator:
     """Streams outcomes of one function × file; keeps only compact arrays (8 bytes per sample and metric)."""
 
-    def __init__(self, function: str, file: str, gates: Gates) -> None:
+    FLAKY_KEEP = 100
+
+    def __init__(self, function: str, file: str, gates: Gates, *, flaky_spread: float | None = None) -> None:
         self.function = function
         self.file = file
         self.gates = gates
+        self.flaky_spread = flaky_spread
+        self.n_flaky = 0
+        self.flaky: list[SampleOutcome] = []
+        """Samples whose per-run spread (``--reward-runs``) exceeds ``flaky_spread`` (the first 100)."""
         self.scores = array("d")
         self.n = 0
         self.n_errors = 0
@@ -231,6 +262,10 @@ class GroupAccumulator:
 
     def add(self, outcome: SampleOutcome) -> None:
         self.n += 1
+        if self.flaky_spread is not None and outcome.extra.get("spread", 0.0) > self.flaky_spread:
+            self.n_flaky += 1
+            if len(self.flaky) < self.FLAKY_KEEP:
+                self.flaky.append(outcome)
         if outcome.verdict == PASS:
             self.n_pass += 1
         elif outcome.verdict == BELOW:
@@ -272,9 +307,12 @@ class GroupAccumulator:
             n_below=self.n_below,
             n_fail=self.n_fail,
             expected=expected,
+            n_flaky=self.n_flaky,
         )
         if self.n == 0:
-            return Summary(**base, mean=None, min=None, max=None, p10=None, pass_rate=None, mean_ci=None)
+            return Summary(
+                **base, mean=None, min=None, max=None, p10=None, pass_rate=None, mean_ci=None, histogram=None
+            )
         valid = np.frombuffer(self.scores, dtype=np.float64) if len(self.scores) else np.empty(0)
         fill = min(0.0, float(valid.min())) if valid.size else 0.0
         values = np.concatenate([valid, np.full(self.n_errors, fill)]) if self.n_errors else valid
@@ -325,7 +363,23 @@ class GroupAccumulator:
             if (conf and gates.pass_rate is not None)
             else None,
             metrics=metrics,
+            histogram=histogram(valid, self.n_errors),
         )
+
+
+def histogram(valid: Any, errors: int = 0, bins: int = 10) -> dict[str, Any]:
+    """Counts of ``valid`` scores in ``bins`` equal bins — over [0, 1] when every score lies there, else over
+    [min, max] — plus the number of errored samples. The counts and ``errors`` sum to the number of samples."""
+    import numpy as np
+
+    arr = np.asarray(valid, dtype=np.float64)
+    lo, hi = 0.0, 1.0
+    if arr.size and (float(arr.min()) < 0.0 or float(arr.max()) > 1.0):
+        lo, hi = float(arr.min()), float(arr.max())
+        if hi == lo:
+            hi = lo + 1.0
+    counts, edges = np.histogram(arr, bins=bins, range=(lo, hi))
+    return {"edges": [float(e) for e in edges], "counts": [int(c) for c in counts], "errors": int(errors)}
 
 
 def _interval_dict(interval: Interval) -> dict[str, Any]:

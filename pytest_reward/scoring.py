@@ -106,12 +106,50 @@ def describe_exception(exc: BaseException) -> str:
     return text if len(text) <= 2000 else text[:2000] + "…"
 
 
-class Invoker:
-    """Calls one reward function on samples."""
+def merge_runs(results: Sequence[EvaluateResult]) -> EvaluateResult:
+    """One result from K runs on the same sample: mean score, mean of each metric present in every run."""
+    from .models import EvaluateResult, MetricResult
 
-    def __init__(self, fn: RewardFn, file_label: str) -> None:
+    k = len(results)
+    first = results[0]
+    names = set(first.metrics).intersection(*(r.metrics for r in results[1:]))
+    metrics = {
+        name: MetricResult(
+            score=sum(r.metrics[name].score for r in results) / k,
+            reason=first.metrics[name].reason,
+            is_score_valid=all(r.metrics[name].is_score_valid for r in results),
+        )
+        for name in sorted(names)
+    }
+    return EvaluateResult(
+        score=sum(r.score for r in results) / k,
+        reason=(first.reason + " " if first.reason else "") + f"(mean of {k} runs)",
+        metrics=metrics,
+        is_score_valid=all(r.is_score_valid for r in results),
+        error=next((r.error for r in results if r.error), None),
+    )
+
+
+def spread(values: Sequence[float]) -> float:
+    """Sample standard deviation (ddof=1) of per-run scores."""
+    k = len(values)
+    if k < 2:
+        return 0.0
+    mean = sum(values) / k
+    return (sum((v - mean) ** 2 for v in values) / (k - 1)) ** 0.5
+
+
+#: A result and, with ``--reward-runs`` > 1, the per-run scores it was averaged from.
+Scored = tuple["EvaluateResult", "list[float] | None"]
+
+
+class Invoker:
+    """Calls one reward function on samples (``runs`` times each, averaging, for stochastic rewards)."""
+
+    def __init__(self, fn: RewardFn, file_label: str, *, runs: int = 1) -> None:
         self.fn = fn
         self.file_label = file_label
+        self.runs = runs
         spec = fn.spec
         self._wants_original = "original_messages" in spec.parameters
         self._is_async = spec.is_async
@@ -129,8 +167,7 @@ class Invoker:
             kwargs["original_messages"] = messages[:-1]
         return kwargs
 
-    def call(self, sample: Sample) -> EvaluateResult:
-        """Call the function on one sample; user exceptions propagate, bad returns raise ``InvalidResult``."""
+    def _once(self, sample: Sample) -> EvaluateResult:
         __tracebackhide__ = True
         try:
             value = self.fn.obj(**self.kwargs_for(sample))
@@ -140,8 +177,17 @@ class Invoker:
             raise invalid_return(self.fn.name, exc.value, str(exc)) from None
         return to_result(value, self.fn.name)
 
-    def call_batch(self, samples: Sequence[Sample]) -> list[EvaluateResult]:
-        """Call a batch-mode function on a chunk of samples; one result per sample, in order."""
+    def _merge(self, results: list[EvaluateResult]) -> Scored:
+        if len(results) == 1:
+            return results[0], None
+        return merge_runs(results), [r.score for r in results]
+
+    def call(self, sample: Sample) -> Scored:
+        """Call the function on one sample; user exceptions propagate, bad returns raise ``InvalidResult``."""
+        __tracebackhide__ = True
+        return self._merge([self._once(sample) for _ in range(self.runs)])
+
+    def _batch_once(self, samples: Sequence[Sample]) -> list[EvaluateResult]:
         __tracebackhide__ = True
         keys: dict[str, None] = {}
         per_sample = [self.kwargs_for(s) for s in samples]
@@ -166,6 +212,12 @@ class Invoker:
             )
         return [to_result(v, self.fn.name) for v in value]
 
+    def call_batch(self, samples: Sequence[Sample]) -> list[Scored]:
+        """Call a batch-mode function on a chunk of samples; one result per sample, in order."""
+        __tracebackhide__ = True
+        runs = [self._batch_once(samples) for _ in range(self.runs)]
+        return [self._merge([run[i] for run in runs]) for i in range(len(samples))]
+
     # -- outcomes ------------------------------------------------------------------------------------------
 
     def outcome(
@@ -173,11 +225,15 @@ class Invoker:
         sample: Sample,
         result: EvaluateResult | None,
         *,
+        runs: list[float] | None = None,
         error: str | None = None,
         duration: float = 0.0,
     ) -> SampleOutcome:
         verdict, score, metrics, failures, below = judge(result, self.fn.gates, sample.expect, error=error)
         user, response = conversation_excerpt(sample)
+        extra: dict[str, Any] = {}
+        if runs is not None:
+            extra = {"runs": runs, "spread": spread(runs)}
         return SampleOutcome(
             function=self.fn.name,
             file=self.file_label,
@@ -195,30 +251,33 @@ class Invoker:
             duration=duration,
             user=user,
             response=response,
+            extra=extra,
         )
 
     def score_one(self, sample: Sample) -> SampleOutcome:
         """Score one sample, never raising (file mode)."""
         start = time.perf_counter()
         try:
-            result = self.call(sample)
+            result, runs = self.call(sample)
         except Exception as exc:
             return self.outcome(
                 sample, None, error=describe_exception(exc), duration=time.perf_counter() - start
             )
-        return self.outcome(sample, result, duration=time.perf_counter() - start)
+        return self.outcome(sample, result, runs=runs, duration=time.perf_counter() - start)
 
     def score_chunk(self, samples: Sequence[Sample]) -> list[SampleOutcome]:
         """Score a chunk with a batch-mode function, never raising."""
         start = time.perf_counter()
         try:
-            results = self.call_batch(samples)
+            scored = self.call_batch(samples)
         except Exception as exc:
             error = describe_exception(exc)
             each = (time.perf_counter() - start) / max(1, len(samples))
             return [self.outcome(s, None, error=error, duration=each) for s in samples]
         each = (time.perf_counter() - start) / max(1, len(samples))
-        return [self.outcome(s, r, duration=each) for s, r in zip(samples, results, strict=True)]
+        return [
+            self.outcome(s, r, runs=runs, duration=each) for s, (r, runs) in zip(samples, scored, strict=True)
+        ]
 
     def score_stream(
         self, samples: Iterable[Sample], *, workers: int = 1, chunk: int = 64
@@ -247,8 +306,10 @@ class Invoker:
             async with semaphore:
                 start = time.perf_counter()
                 try:
-                    value = await self.fn.obj(**self.kwargs_for(sample))
-                    result = to_result(value, self.fn.name)
+                    results = []
+                    for _ in range(self.runs):
+                        results.append(to_result(await self.fn.obj(**self.kwargs_for(sample)), self.fn.name))
+                    result, runs = self._merge(results)
                 except RewardReturnError as exc:
                     error = str(invalid_return(self.fn.name, exc.value, str(exc)))
                     return self.outcome(sample, None, error=error, duration=time.perf_counter() - start)
@@ -256,7 +317,7 @@ class Invoker:
                     return self.outcome(
                         sample, None, error=describe_exception(exc), duration=time.perf_counter() - start
                     )
-                return self.outcome(sample, result, duration=time.perf_counter() - start)
+                return self.outcome(sample, result, runs=runs, duration=time.perf_counter() - start)
 
         return list(await asyncio.gather(*(one(s) for s in samples)))
 

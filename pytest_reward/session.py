@@ -4,15 +4,19 @@ functions, and — on the controller — the aggregation of outcomes into summar
 from __future__ import annotations
 
 import fnmatch
+import json
+import random
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import pytest
 
 from .options import Settings
 
 if TYPE_CHECKING:
+    from .baseline import Comparison
     from .discovery import Registry, RewardFn
     from .results import GateResult, GroupAccumulator, SampleOutcome, Summary
 
@@ -28,7 +32,13 @@ class GroupReport:
     summary: Summary
     gates: list[GateResult] = field(default_factory=list)
     outcomes: list[SampleOutcome] = field(default_factory=list)
-    """Per-sample outcomes when the controller has them (sample granularity); worst ones in file granularity."""
+    """Every sample's outcome (sample granularity), or the failing and lowest-scoring ones (file granularity)."""
+    complete_outcomes: bool = True
+    preview_pool: list[SampleOutcome] = field(default_factory=list)
+    """A seeded random sample of outcomes (file granularity) to draw previews from."""
+    flaky: list[SampleOutcome] = field(default_factory=list)
+    rows_file: Path | None = None
+    comparison: Comparison | None = None
 
     @property
     def failed_gates(self) -> list[GateResult]:
@@ -41,6 +51,41 @@ class GroupReport:
         if not self.summary.complete:
             return "partial"
         return "PASS"
+
+    def rows(self) -> Iterator[dict[str, Any]]:
+        """Every sample's ``results.jsonl`` row, in file order."""
+        if self.complete_outcomes:
+            for outcome in sorted(self.outcomes, key=lambda o: o.line):
+                yield outcome.row()
+        elif self.rows_file is not None:
+            with open(self.rows_file, encoding="utf-8") as fh:
+                for line in fh:
+                    yield json.loads(line)
+
+    def failing(self, limit: int = 20) -> list[SampleOutcome]:
+        return sorted((o for o in self.outcomes if o.verdict == "fail"), key=lambda o: o.line)[:limit]
+
+    def worst(self, limit: int = 20) -> list[SampleOutcome]:
+        """Lowest scores first; errored samples count as lowest."""
+        return sorted(self.outcomes, key=_worst_key)[:limit]
+
+    def preview(self, n: int, seed: int) -> list[SampleOutcome]:
+        """``n`` samples to show: the worst half first, then a seeded random pick of the rest."""
+        if n <= 0:
+            return []
+        worst = self.worst((n + 1) // 2)
+        chosen = {(o.line, o.key) for o in worst}
+        pool = self.outcomes if self.complete_outcomes else self.preview_pool
+        rest = sorted((o for o in pool if (o.line, o.key) not in chosen), key=lambda o: o.line)
+        rng = random.Random(repr((seed, self.function, self.file)))
+        pick = rng.sample(rest, min(len(rest), n - len(worst)))
+        return worst + sorted(pick, key=lambda o: o.line)
+
+
+def _worst_key(outcome: SampleOutcome) -> tuple[int, float, int]:
+    if outcome.score is None:
+        return (0, 0.0, outcome.line)
+    return (1, outcome.score, outcome.line)
 
 
 class RewardSession:
@@ -57,9 +102,18 @@ class RewardSession:
         # controller-side aggregation
         self._accumulators: dict[tuple[str, str], GroupAccumulator] = {}
         self._outcomes: dict[tuple[str, str], list[SampleOutcome]] = {}
-        self._file_summaries: dict[tuple[str, str], tuple[Summary, list[SampleOutcome]]] = {}
+        self._file_groups: dict[tuple[str, str], tuple[Summary, dict[str, Any]]] = {}
         self._expected: dict[tuple[str, str], int] = {}
         self.reports: list[GroupReport] | None = None
+        self.parts_dir: Path | None = None
+        self.baseline: tuple[Path, dict[str, Any]] | None = None
+        self.comparisons: list[Comparison] = []
+        self.compare_failures: list[str] = []
+        self.saved_path: Path | None = None
+        self.report_paths: list[Path] = []
+        self.output_errors: list[str] = []
+        self._meta: dict[str, Any] | None = None
+        self._record: dict[str, Any] | None = None
 
     # -- discovery ---------------------------------------------------------------------------------------
 
@@ -184,6 +238,7 @@ class RewardSession:
     def add_report(self, report: pytest.TestReport) -> None:
         """Fold the reward data of one test report into the session's aggregates (controller side)."""
         from .results import GroupAccumulator, SampleOutcome, Summary
+        from .thresholds import Gates
 
         data: dict[str, Any] | None = getattr(report, "reward", None)
         if not data:
@@ -197,42 +252,223 @@ class RewardSession:
             acc = self._accumulators.get(key)
             if acc is None:
                 fn = self._function(outcome.function)
-                from .thresholds import Gates
-
                 acc = self._accumulators[key] = GroupAccumulator(
-                    outcome.function, outcome.file, fn.gates if fn else Gates()
+                    outcome.function,
+                    outcome.file,
+                    fn.gates if fn else Gates(),
+                    flaky_spread=self.settings.flaky_spread,
                 )
             acc.add(outcome)
             self._outcomes.setdefault(key, []).append(outcome)
         if "summary" in data:
             summary = Summary.from_dict(data["summary"])
-            worst = [SampleOutcome.from_dict(o) for o in data.get("worst", [])]
-            self._file_summaries[(summary.function, summary.file)] = (summary, worst)
+            self._file_groups[(summary.function, summary.file)] = (summary, data)
 
     def finish(self) -> list[GroupReport]:
         """Summaries and gate verdicts of every group (computed once, on the controller)."""
         if self.reports is not None:
             return self.reports
-        from .results import evaluate_gates
+        from .results import SampleOutcome, evaluate_gates
         from .thresholds import Gates
 
         settings = self.settings
         reports: list[GroupReport] = []
         for key, acc in self._accumulators.items():
-            expected = self._expected.get(key)
-            summary = acc.summary(seed=settings.seed, n_resamples=settings.n_resamples, expected=expected)
+            summary = acc.summary(
+                seed=settings.seed, n_resamples=settings.n_resamples, expected=self._expected.get(key)
+            )
             fn = self._function(key[0])
             gates = fn.gates if fn else Gates()
             reports.append(
-                GroupReport(key[0], key[1], summary, evaluate_gates(summary, gates), self._outcomes[key])
+                GroupReport(
+                    key[0],
+                    key[1],
+                    summary,
+                    evaluate_gates(summary, gates),
+                    self._outcomes[key],
+                    flaky=acc.flaky,
+                )
             )
-        for key, (summary, worst) in self._file_summaries.items():
+        for key, (summary, data) in self._file_groups.items():
             fn = self._function(key[0])
             gates = fn.gates if fn else Gates()
-            reports.append(GroupReport(key[0], key[1], summary, evaluate_gates(summary, gates), worst))
+
+            def outcomes(name: str, data: dict[str, Any] = data) -> list[SampleOutcome]:
+                return [SampleOutcome.from_dict(o) for o in data.get(name, [])]
+
+            rows_file = data.get("rows_file")
+            reports.append(
+                GroupReport(
+                    key[0],
+                    key[1],
+                    summary,
+                    evaluate_gates(summary, gates),
+                    outcomes("worst"),
+                    complete_outcomes=False,
+                    preview_pool=outcomes("preview"),
+                    flaky=outcomes("flaky"),
+                    rows_file=Path(rows_file) if rows_file else None,
+                )
+            )
         reports.sort(key=lambda r: (r.function, r.file))
         self.reports = reports
         return reports
+
+    # -- rows of file-granularity items (they cannot travel in reports) -------------------------------------
+
+    def setup_parts_dir(self) -> None:
+        """Where file-granularity items stream their per-sample rows for the controller (when needed)."""
+        if self.is_worker:
+            value = self.config.workerinput.get("reward_parts_dir")  # type: ignore[attr-defined]
+            self.parts_dir = Path(value) if value else None
+        elif self.settings.needs_rows:
+            import tempfile
+
+            self.parts_dir = Path(tempfile.mkdtemp(prefix="pytest-reward-rows-"))
+
+    def open_rows_part(self, function: str, file: str) -> IO[str] | None:
+        if self.parts_dir is None:
+            return None
+        import uuid
+
+        return open(self.parts_dir / f"{uuid.uuid4().hex}.jsonl", "w", encoding="utf-8")
+
+    def cleanup(self) -> None:
+        if self.parts_dir is not None and not self.is_worker:
+            import shutil
+
+            shutil.rmtree(self.parts_dir, ignore_errors=True)
+
+    # -- after the run: comparison, stored runs, result files (controller) -----------------------------------
+
+    def run_record(self) -> dict[str, Any]:
+        """What ``--reward-save`` stores and comparisons read: aggregates and every sample's score by key."""
+        if self._record is None:
+            self._record = self._build_record()
+        return self._record
+
+    def _build_record(self) -> dict[str, Any]:
+        from .baseline import FORMAT, VERSION
+
+        record: dict[str, Any] = {"format": FORMAT, "version": VERSION}
+        record.update(self.meta())
+        groups = []
+        for report in self.finish():
+            samples = {}
+            for row in report.rows():
+                samples[row["key"]] = {
+                    "score": row["score"],
+                    "verdict": row["verdict"],
+                    "id": row["id"],
+                    "line": row["line"],
+                }
+            groups.append(
+                {
+                    "function": report.function,
+                    "file": report.file,
+                    "verdict": report.verdict,
+                    "summary": {
+                        k: v
+                        for k, v in report.summary.to_dict().items()
+                        if k
+                        in (
+                            "n",
+                            "n_errors",
+                            "n_pass",
+                            "n_below",
+                            "n_fail",
+                            "mean",
+                            "min",
+                            "max",
+                            "p10",
+                            "pass_rate",
+                            "mean_ci",
+                        )
+                    },
+                    "samples": samples,
+                }
+            )
+        record["groups"] = groups
+        return record
+
+    def meta(self) -> dict[str, Any]:
+        if self._meta is None:
+            from .meta import run_meta
+
+            self._meta = run_meta(
+                self.config.rootpath, list(self.config.invocation_params.args), self.settings.seed
+            )
+        return self._meta
+
+    def load_baseline(self) -> tuple[Path, dict[str, Any]] | None:
+        """Resolve and validate ``--reward-compare`` (called early, so a bad baseline is a usage error)."""
+        if not self.settings.compare:
+            return None
+        from .baseline import Storage
+
+        storage = Storage(self.settings.storage)
+        path = storage.resolve(self.settings.compare)
+        self.baseline = (path, storage.load(path))
+        return self.baseline
+
+    def compare(self) -> list[str]:
+        """Compare with the baseline; returns the failure lines of ``--reward-compare-fail`` rules."""
+        if self.baseline is None:
+            return []
+        from .baseline import compare_runs, evaluate_rules, parse_rules
+
+        _path, base = self.baseline
+        rules = parse_rules(self.settings.compare_fail)
+        self.comparisons = compare_runs(
+            self.run_record(), base, seed=self.settings.seed, n_resamples=self.settings.n_resamples
+        )
+        by_key = {(c.function, c.file): c for c in self.comparisons}
+        for report in self.finish():
+            report.comparison = by_key.get((report.function, report.file))
+        self.compare_failures = evaluate_rules(self.comparisons, rules, strict=self.settings.compare_strict)
+        return self.compare_failures
+
+    def write_outputs(self) -> list[str]:
+        """Store the run and write result files. Returns error lines (never raises for I/O problems)."""
+        errors: list[str] = []
+        settings = self.settings
+        if settings.save is not None or settings.autosave:
+            from .baseline import Storage
+
+            meta = self.meta()
+            commit = (meta.get("commit") or {}).get("short")
+            if settings.save:
+                name = settings.save
+            elif settings.autosave and settings.save is None:
+                stamp = meta["generated_at"].replace("-", "").replace(":", "").replace("T", "_")[:15]
+                name = f"{commit or 'nocommit'}_{stamp}"
+            else:
+                name = commit or "run"
+            try:
+                self.saved_path = Storage(settings.storage).save(self.run_record(), name)
+            except pytest.UsageError as exc:
+                errors.append(str(exc))
+            except OSError as exc:
+                errors.append(f"could not store the run in {settings.storage}: {exc}")
+        if settings.report_dir is not None:
+            from .report.files import write_report_dir
+
+            try:
+                self.report_paths = write_report_dir(self, settings.report_dir)
+            except OSError as exc:
+                errors.append(f"could not write the report to {settings.report_dir}: {exc}")
+        import os
+
+        summary_path = os.environ.get("GITHUB_STEP_SUMMARY")
+        if summary_path:
+            from .report.github import append_step_summary
+
+            try:
+                append_step_summary(self, Path(summary_path))
+            except OSError as exc:
+                errors.append(f"could not append to GITHUB_STEP_SUMMARY {summary_path}: {exc}")
+        self.output_errors = errors
+        return errors
 
 
 session_key = pytest.StashKey[RewardSession]()

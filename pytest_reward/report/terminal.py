@@ -100,8 +100,148 @@ def write_summary(tr: Any, rs: RewardSession) -> None:
             tr.write_line(
                 f"{r.verdict:<7} {r.function} on {r.file}: n={s.n} mean={_fmt(s.mean)} pass rate {rate}"
             )
+    if rs.comparisons and verbosity >= -1:
+        tr.write(
+            render_comparison(
+                rs.comparisons, rs.comparisons[0].baseline, markup=markup, width=_terminal_width()
+            )
+        )
     for r, g in failed:
         tr.write_line(f"FAIL {r.function} on {r.file}: {g.describe()}", red=True, bold=True)
+    for line in rs.compare_failures:
+        tr.write_line(f"FAIL {line}", red=True, bold=True)
+    for line in rs.output_errors:
+        tr.write_line(f"ERROR {line}", red=True, bold=True)
     if verbosity >= -1:
         for r, g in unevaluated:
             tr.write_line(f"SKIP {r.function} on {r.file}: {g.describe()}", yellow=True)
+        for r in reports:
+            if r.summary.n_flaky:
+                names = ", ".join(f"{o.sample_id} (sd {o.extra.get('spread', 0):.3f})" for o in r.flaky[:5])
+                more = f" and {r.summary.n_flaky - 5} more" if r.summary.n_flaky > 5 else ""
+                tr.write_line(
+                    f"FLAKY {r.function} on {r.file}: {r.summary.n_flaky} samples vary across runs by more than "
+                    f"sd {rs.settings.flaky_spread:g}: {names}{more}",
+                    yellow=True,
+                )
+    if rs.settings.preview and verbosity >= -1:
+        tr.write_sep("-", "reward preview")
+        tr.write(
+            render_preview(
+                reports, rs.settings.preview, rs.settings.seed, markup=markup, width=_terminal_width()
+            )
+        )
+    if rs.saved_path is not None:
+        tr.write_line(f"reward: stored this run as {rs.saved_path}")
+    for path in rs.report_paths:
+        tr.write_line(f"reward: wrote {path}")
+
+
+def _console(markup: bool, width: int) -> Any:
+    from rich.console import Console
+
+    return Console(
+        file=io.StringIO(),
+        width=width,
+        force_terminal=markup,
+        no_color=not markup,
+        color_system="standard" if markup else None,
+        highlight=False,
+        emoji=False,
+    )
+
+
+def _clip(text: str | None, limit: int) -> str:
+    if text is None:
+        return "–"
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def render_preview(reports: list[GroupReport], n: int, seed: int, *, markup: bool, width: int) -> str:
+    """``--reward-preview``: a few samples per function with their conversations, scores and reasons."""
+    from rich import box
+    from rich.table import Table
+
+    console = _console(markup, width)
+    for r in reports:
+        shown = r.preview(n, seed)
+        if not shown:
+            continue
+        table = Table(
+            title=f"{r.function} on {r.file}: {len(shown)} of {r.summary.n} samples (worst first, then random; seed {seed})",
+            box=box.SIMPLE_HEAD if markup else box.ASCII2,
+            show_lines=True,
+            title_justify="left",
+        )
+        table.add_column("sample", overflow="fold", max_width=22)
+        table.add_column("user", overflow="fold", ratio=3)
+        table.add_column("response", overflow="fold", ratio=3)
+        table.add_column("score", justify="right", no_wrap=True)
+        table.add_column("metrics", overflow="fold", ratio=2)
+        table.add_column("reason", overflow="fold", ratio=2)
+        table.add_column("verdict", no_wrap=True)
+        for o in shown:
+            metrics = "\n".join(f"{k} {m['score']:.3g}" for k, m in o.metrics.items()) or "–"
+            reason = o.reason if o.error is None else o.error
+            verdict = {"pass": "[green]pass[/]", "fail": "[red]fail[/]", "below": "[yellow]below[/]"}.get(
+                o.verdict, o.verdict
+            )
+            problems = o.failures or o.below
+            if problems and problems[0] != reason:
+                verdict += "\n" + _clip(problems[0], 80).replace("[", "\\[")
+            table.add_row(
+                f"{o.sample_id}\n{o.file}:{o.line}",
+                _clip(o.user, 300),
+                _clip(o.response, 300),
+                "err" if o.score is None else f"{o.score:.3f}",
+                metrics,
+                _clip(reason, 200),
+                verdict,
+            )
+        console.print(table)
+    return console.file.getvalue()  # type: ignore[no-any-return]
+
+
+def render_comparison(comparisons: list[Any], baseline: str, *, markup: bool, width: int) -> str:
+    """The comparison with a stored run: one row per function × file, then the most changed samples."""
+    from rich import box
+    from rich.table import Table
+
+    console = _console(markup, width)
+    table = Table(
+        title=f"compared with stored run {baseline}",
+        title_justify="left",
+        box=box.SIMPLE_HEAD if markup else box.ASCII2,
+        show_edge=False,
+    )
+    table.add_column("function", overflow="fold")
+    table.add_column("samples", overflow="fold")
+    table.add_column("paired", justify="right")
+    table.add_column("new/removed", justify="right", no_wrap=True)
+    table.add_column("mean before → after", justify="right", no_wrap=True)
+    table.add_column("Δ mean [95% CI]", justify="right", no_wrap=True)
+    table.add_column("pass rate Δ", justify="right", no_wrap=True)
+    for c in comparisons:
+        if c.status != "compared" or c.mean_delta is None:
+            table.add_row(c.function, c.file, str(c.n_paired), f"{c.n_new}/{c.n_removed}", c.status, "–", "–")
+            continue
+        d = c.mean_delta
+        style = "red" if d["high"] < 0 else ("green" if d["low"] > 0 else "")
+        delta = f"{d['estimate']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]"
+        table.add_row(
+            c.function,
+            c.file,
+            str(c.n_paired),
+            f"{c.n_new}/{c.n_removed}",
+            f"{c.mean_before:.3f} → {c.mean_after:.3f}",
+            f"[{style}]{delta}[/]" if style else delta,
+            f"{c.pass_rate_delta:+.1%}",
+        )
+    console.print(table)
+    for c in comparisons:
+        for label, items in (("most regressed", c.regressed), ("most improved", c.improved)):
+            if items:
+                entries = ", ".join(f"{e.id or e.key} {e.before:.3f}→{e.after:.3f}" for e in items[:3])
+                console.print(f"  {c.function} on {c.file} {label}: {entries}", highlight=False, markup=False)
+    return console.file.getvalue()  # type: ignore[no-any-return]

@@ -1,0 +1,33 @@
+"""``--reward-report DIR``: results.jsonl (every sample), summary.json (aggregates), report.html — each atomic."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..atomic import atomic_open, atomic_write_text
+from .data import report_data
+
+if TYPE_CHECKING:
+    from ..session import RewardSession
+
+__all__ = ["write_report_dir"]
+
+
+def write_report_dir(rs: RewardSession, directory: Path) -> list[Path]:
+    """Write the three report files into ``directory``; returns their paths."""
+    directory.mkdir(parents=True, exist_ok=True)
+    results = directory / "results.jsonl"
+    with atomic_open(results, "w") as fh:
+        for report in rs.finish():
+            for row in report.rows():
+                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    data = report_data(rs)
+    summary = directory / "summary.json"
+    atomic_write_text(summary, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    html_path = directory / "report.html"
+    from .html import render_html
+
+    atomic_write_text(html_path, render_html(data))
+    return [results, summary, html_path]

@@ -1,0 +1,1 @@
+"""Shipping tested reward functions: bundles, deploy targets, trainer adapters and the reward server."""

@@ -64,6 +64,10 @@ def _compare_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Name
 
 
 SUBCOMMANDS["compare"] = ("Compare two stored runs (no test is run).", _compare_command)
+SUBCOMMANDS["serve"] = (
+    "Serve reward functions over HTTP to RL trainers (reward-kit, OpenRLHF, slime routes).",
+    lambda parser: __import__("pytest_reward.deploy.serve", fromlist=["configure"]).configure(parser),
+)
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[[argparse.Namespace], int]]]:

@@ -376,7 +376,15 @@ def _wrap(func: Callable[..., Any], spec: RewardSpec) -> Callable[..., Any]:
     wrapper._reward_function_requirements = list(spec.requirements)  # type: ignore[attr-defined]
     wrapper._reward_function_mode = spec.mode  # type: ignore[attr-defined]
     wrapper._reward_function_resources = spec.resources  # type: ignore[attr-defined]
+    wrapper.deploy = functools.partial(_deploy, wrapper)  # type: ignore[attr-defined]
     return wrapper
+
+
+def _deploy(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> str:
+    """``fn.deploy(name=..., target=..., samples=...)``: see ``pytest_reward.deploy.api.deploy_function``."""
+    from .deploy.api import deploy_function
+
+    return deploy_function(fn, *args, **kwargs)
 
 
 def reward_function(

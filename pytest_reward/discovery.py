@@ -79,6 +79,9 @@ class RewardFn:
     marks: list[Any] = field(default_factory=list)
     bound_files: tuple[Path, ...] = ()
     error: str | None = None
+    attr: str = ""
+    """The attribute of ``module`` that holds the function (how a deploy bundle finds it again)."""
+    module_file: Path | None = None
 
     @property
     def where(self) -> str:
@@ -386,7 +389,7 @@ def _relative(path: Path, root: Path) -> str:
         return str(path)
 
 
-def _make_entry(obj: Any, module: ModuleType | None, opts: DiscoveryOptions) -> RewardFn:
+def _make_entry(obj: Any, module: ModuleType | None, opts: DiscoveryOptions, attr: str = "") -> RewardFn:
     from .decorator import RewardSpec, get_spec
 
     path, lineno = _source_location(obj, module)
@@ -438,6 +441,10 @@ def _make_entry(obj: Any, module: ModuleType | None, opts: DiscoveryOptions) -> 
         marks=other_marks,
         bound_files=bound,
         error=error,
+        attr=attr or getattr(obj, "__name__", ""),
+        module_file=Path(module.__file__).resolve()
+        if module is not None and getattr(module, "__file__", None)
+        else None,
     )
 
 
@@ -471,11 +478,11 @@ def discover(opts: DiscoveryOptions, config: Any = None) -> Registry:
     registry = Registry(patterns=opts.reward_modules)
     seen: set[int] = set()
 
-    def add(obj: Any, module: ModuleType | None) -> None:
+    def add(obj: Any, module: ModuleType | None, attr: str) -> None:
         if id(obj) in seen:
             return
         seen.add(id(obj))
-        registry.functions.append(_make_entry(obj, module, opts))
+        registry.functions.append(_make_entry(obj, module, opts, attr))
 
     if opts.fn_specs:
         registry.selected = True
@@ -490,7 +497,7 @@ def discover(opts: DiscoveryOptions, config: Any = None) -> Registry:
             except Exception as exc:
                 registry.import_errors.append((f"--reward-fn {spec}", _format_import_error(exc)))
                 continue
-            add(obj, module)
+            add(obj, module, spec.rpartition(":")[2])
         _disambiguate(registry.functions, opts.rootdir)
         return registry
 
@@ -515,7 +522,7 @@ def discover(opts: DiscoveryOptions, config: Any = None) -> Registry:
                 continue  # pytest reports it when it collects the module
             registry.import_errors.append((path, _format_import_error(exc)))
             continue
-        for _attr, obj in sorted(_functions_in(module), key=lambda kv: _source_location(kv[1], module)[1]):
-            add(obj, module)
+        for attr, obj in sorted(_functions_in(module), key=lambda kv: _source_location(kv[1], module)[1]):
+            add(obj, module, attr)
     _disambiguate(registry.functions, opts.rootdir)
     return registry

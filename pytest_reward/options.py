@@ -244,6 +244,48 @@ OPTIONS: tuple[Option, ...] = (
         "Fail mean and pass_rate rules only "
         "when the paired bootstrap interval of the drop also excludes zero.",
     ),
+    Option(
+        "--reward-deploy",
+        "reward_deploy_target",
+        "str",
+        None,
+        "After a fully green run, ship the reward "
+        "functions that passed as a bundle to TARGET: dir:PATH (default dir:.reward/deploy), http(s)://URL, "
+        "fireworks[:ID], or a scheme a plugin registers.",
+        metavar="TARGET",
+        const="",
+    ),
+    Option(
+        "--reward-deploy-dry-run",
+        None,
+        "bool",
+        False,
+        "Build the bundle and show what would be shipped; ship nothing.",
+    ),
+    Option(
+        "--reward-deploy-partial",
+        None,
+        "bool",
+        False,
+        "Deploy even after a partial run (-k, -m, --lf, -x ...).",
+    ),
+    Option(
+        None, "reward_bundle_name", "str", None, "Package name of deploy bundles (default rewards_<project>)."
+    ),
+    Option(
+        None,
+        "reward_bundle_include",
+        "args",
+        [],
+        "Extra project files (globs) copied into deploy bundles, e.g. data files reward functions read.",
+    ),
+    Option(
+        None,
+        "reward_deploy_token_env",
+        "str",
+        "REWARD_DEPLOY_TOKEN",
+        "Environment variable holding the bearer token of http(s) deploy targets.",
+    ),
 )
 
 
@@ -273,6 +315,12 @@ class Settings:
     compare: str | None = None
     compare_fail: tuple[str, ...] = ()
     compare_strict: bool = False
+    deploy: bool = False
+    deploy_target: str | None = None
+    deploy_dry_run: bool = False
+    deploy_partial: bool = False
+    bundle_name: str | None = None
+    bundle_include: tuple[str, ...] = ()
 
     @property
     def needs_rows(self) -> bool:
@@ -429,6 +477,14 @@ def resolve(config: pytest.Config) -> Settings:
         compare=values["reward_compare"][0],
         compare_fail=tuple(values["reward_compare_fail"][0]),
         compare_strict=bool(values["reward_compare_strict"][0]),
+        deploy=config.getoption("reward_deploy", None) is not None,
+        deploy_target=config.getoption("reward_deploy", None)
+        or config.getini("reward_deploy_target")
+        or None,
+        deploy_dry_run=bool(values["reward_deploy_dry_run"][0]),
+        deploy_partial=bool(values["reward_deploy_partial"][0]),
+        bundle_name=values["reward_bundle_name"][0],
+        bundle_include=tuple(values["reward_bundle_include"][0]),
     )
 
 

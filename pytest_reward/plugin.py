@@ -32,6 +32,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     options.register(parser)
 
 
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from . import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_reward_deploy(bundle: Any, target: str, config: pytest.Config) -> Any:
+    from .deploy.flow import default_deploy
+
+    return default_deploy(bundle, target, config)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_DOC)
     settings = options.resolve(config)
@@ -48,6 +61,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
         parse_rules(settings.compare_fail)
         rs.load_baseline()
+        if settings.deploy:
+            from .deploy.flow import targets_for
+
+            rs.targets = targets_for(config)
     # Named samples files become collection arguments (pytest de-duplicates overlaps).
     for path in settings.samples:
         if str(path) not in config.args:
@@ -153,13 +170,29 @@ class RewardHooks:
         return result
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-        if self.rs.is_worker or not self.rs.reports:
+        rs = self.rs
+        if rs.is_worker:
             return
-        from .report.terminal import write_summary
+        if rs.reports:
+            from .report.terminal import write_summary
 
-        write_summary(terminalreporter, self.rs)
+            write_summary(terminalreporter, rs)
+        outcome = rs.deploy_outcome
+        if outcome is not None:
+            from .report.terminal import write_deploy
 
+            write_deploy(terminalreporter, outcome)
+
+    @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        # Deploy last, on the controller, reading session.exitstatus (earlier hooks may have changed it).
+        rs = self.rs
+        if rs.settings.deploy and not rs.is_worker and not session.config.option.collectonly:
+            from .deploy.flow import run_deploy
+
+            rs.deploy_outcome = run_deploy(session, rs)
+            if rs.deploy_outcome.failed and session.exitstatus == 0:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
         import sys
 
         scoring = sys.modules.get("pytest_reward.scoring")

@@ -114,6 +114,8 @@ class RewardSession:
         self.output_errors: list[str] = []
         self._meta: dict[str, Any] | None = None
         self._record: dict[str, Any] | None = None
+        self.targets: Any = None
+        self.deploy_outcome: Any = None
 
     # -- discovery ---------------------------------------------------------------------------------------
 

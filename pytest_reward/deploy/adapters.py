@@ -54,7 +54,9 @@ _SPECIAL_TAIL = re.compile(r"(?:\s*(?:<\|[^|<>]{1,40}\|>|</s>|<eos>|<end_of_turn
 def _error_result(exc: BaseException) -> Any:
     from ..models import EvaluateResult
 
-    return EvaluateResult(score=0.0, is_score_valid=False, reason="reward function failed", error=f"{type(exc).__name__}: {exc}")
+    return EvaluateResult(
+        score=0.0, is_score_valid=False, reason="reward function failed", error=f"{type(exc).__name__}: {exc}"
+    )
 
 
 def _finish(value: Any) -> Any:
@@ -69,7 +71,9 @@ def _finish(value: Any) -> Any:
         if result is None:
             raise TypeError(f"reward function returned {type(value).__name__}, expected EvaluateResult")
     if not math.isfinite(result.score):
-        return result.model_copy(update={"score": 0.0, "is_score_valid": False, "error": f"score is {result.score}"})
+        return result.model_copy(
+            update={"score": 0.0, "is_score_valid": False, "error": f"score is {result.score}"}
+        )
     return result
 
 
@@ -81,7 +85,9 @@ def _kwargs(messages: list[dict[str, Any]], ground_truth: Any, extra: Mapping[st
     return kwargs
 
 
-def call_reward(fn: Callable[..., Any], messages: list[dict[str, Any]], ground_truth: Any = _MISSING, **extra: Any) -> Any:
+def call_reward(
+    fn: Callable[..., Any], messages: list[dict[str, Any]], ground_truth: Any = _MISSING, **extra: Any
+) -> Any:
     """Call a reward function; errors inside it become an invalid ``EvaluateResult`` (never raises)."""
     try:
         value = fn(**_kwargs(messages, ground_truth, extra))
@@ -96,7 +102,9 @@ async def _await(value: Any) -> Any:
     return await value
 
 
-async def acall_reward(fn: Callable[..., Any], messages: list[dict[str, Any]], ground_truth: Any = _MISSING, **extra: Any) -> Any:
+async def acall_reward(
+    fn: Callable[..., Any], messages: list[dict[str, Any]], ground_truth: Any = _MISSING, **extra: Any
+) -> Any:
     """``call_reward`` for async callers: async functions are awaited, sync ones run in a worker thread."""
     try:
         if inspect.iscoroutinefunction(fn):
@@ -133,9 +141,28 @@ def _as_messages(value: Any) -> list[dict[str, Any]] | None:
     return None
 
 
+_CHATML = re.compile(r"<\|im_start\|>(\w+)\n(.*?)(?:<\|im_end\|>|$)", re.S)
+_LLAMA3 = re.compile(r"<\|start_header_id\|>(\w+)<\|end_header_id\|>\n\n(.*?)(?:<\|eot_id\|>|$)", re.S)
+
+
+def parse_chat_template(text: str) -> list[dict[str, Any]] | None:
+    """Messages from a prompt rendered with the ChatML or Llama-3 template (as OpenRLHF and slime send them);
+    the trailing empty assistant header of a generation prompt is dropped. None for plain text."""
+    for pattern in (_CHATML, _LLAMA3):
+        found = pattern.findall(text)
+        if found:
+            messages = [{"role": role, "content": content.strip("\n")} for role, content in found]
+            if messages and messages[-1]["role"] == "assistant" and not messages[-1]["content"]:
+                messages.pop()
+            return messages
+    return None
+
+
 def conversation(prompt: Any, response: Any) -> list[dict[str, Any]]:
-    """Messages from a prompt (string or messages) and a response (string or messages)."""
+    """Messages from a prompt (messages, a chat-templated string, or plain text) and a response."""
     messages = _as_messages(prompt)
+    if messages is None and isinstance(prompt, str):
+        messages = parse_chat_template(prompt)
     if messages is None:
         messages = [] if prompt in (None, "") else [{"role": "user", "content": str(prompt)}]
     reply = _as_messages(response)
@@ -163,7 +190,9 @@ def _ground_truth(columns: Mapping[str, Any]) -> Any:
 def make_trl_reward(fn: Callable[..., Any], name: str, *, asynchronous: bool = False) -> Callable[..., Any]:
     """A TRL ``reward_funcs`` entry: ``(prompts, completions, **columns) -> list[float | None]``."""
 
-    def rows(prompts: Sequence[Any], completions: Sequence[Any], kwargs: Mapping[str, Any]) -> list[tuple[list[dict[str, Any]], Any, dict[str, Any]]]:
+    def rows(
+        prompts: Sequence[Any], completions: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> list[tuple[list[dict[str, Any]], Any, dict[str, Any]]]:
         columns = {k: v for k, v in kwargs.items() if k not in TRL_INJECTED and isinstance(v, (list, tuple))}
         out = []
         for i, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
@@ -188,8 +217,12 @@ def make_trl_reward(fn: Callable[..., Any], name: str, *, asynchronous: bool = F
 
     if asynchronous:
 
-        async def trl_reward_async(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
-            results = await asyncio.gather(*(acall_reward(fn, m, gt, **row) for m, gt, row in rows(prompts, completions, kwargs)))
+        async def trl_reward_async(
+            prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
+        ) -> list[float | None]:
+            results = await asyncio.gather(
+                *(acall_reward(fn, m, gt, **row) for m, gt, row in rows(prompts, completions, kwargs))
+            )
             log(kwargs, list(results))
             return [score(r) for r in results]
 
@@ -208,7 +241,9 @@ def make_trl_reward(fn: Callable[..., Any], name: str, *, asynchronous: bool = F
 # --- verl -------------------------------------------------------------------------------------------------
 
 
-def _flat_scores(results: Mapping[str, Any], weights: Mapping[str, float], metric_keys: Mapping[str, Sequence[str]]) -> dict[str, float]:
+def _flat_scores(
+    results: Mapping[str, Any], weights: Mapping[str, float], metric_keys: Mapping[str, Sequence[str]]
+) -> dict[str, float]:
     """Fixed keys for every sample: ``score``, ``<fn>``, ``<fn>_valid``, ``<fn>/<metric>``."""
     total = sum(weights.values()) or 1.0
     out: dict[str, float] = {"score": 0.0}
@@ -233,7 +268,13 @@ def make_verl_compute_score(
     weights = dict(weights or dict.fromkeys(functions, 1.0))
     metric_keys = dict(metric_keys or {})
 
-    def compute_score(data_source: Any, solution_str: str, ground_truth: Any, extra_info: Mapping[str, Any] | None = None, **kwargs: Any) -> dict[str, float]:
+    def compute_score(
+        data_source: Any,
+        solution_str: str,
+        ground_truth: Any,
+        extra_info: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> dict[str, float]:
         info = dict(extra_info or {})
         prompt = info.pop("messages", None) or info.pop("prompt", None) or info.pop("question", None)
         messages = conversation(prompt, solution_str)
@@ -257,7 +298,9 @@ def make_openrlhf_reward_func(
     weights = dict(weights or dict.fromkeys(functions, 1.0))
     metric_keys = dict(metric_keys or {})
 
-    def reward_func(queries: Sequence[str], prompts: Sequence[str], labels: Sequence[Any], **kwargs: Any) -> dict[str, Any]:
+    def reward_func(
+        queries: Sequence[str], prompts: Sequence[str], labels: Sequence[Any], **kwargs: Any
+    ) -> dict[str, Any]:
         rewards: list[float] = []
         extra_logs: dict[str, list[float]] = {}
         for query, prompt, label in zip(queries, prompts, labels, strict=True):
@@ -267,7 +310,11 @@ def make_openrlhf_reward_func(
             rewards.append(flat.pop("score"))
             for key, value in flat.items():
                 extra_logs.setdefault(key, []).append(value)
-        return {"rewards": rewards, "scores": [min(1.0, max(0.0, r)) for r in rewards], "extra_logs": extra_logs}
+        return {
+            "rewards": rewards,
+            "scores": [min(1.0, max(0.0, r)) for r in rewards],
+            "extra_logs": extra_logs,
+        }
 
     return reward_func
 

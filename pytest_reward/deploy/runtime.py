@@ -93,7 +93,9 @@ def verify_files(package_dir: Path, manifest: dict[str, Any]) -> None:
             raise BundleError(f"{package_dir}: {relative} does not match its sha256 in manifest.json")
 
 
-def load_package(init_file: str | Path, *, verify: bool = True) -> tuple[dict[str, Any], dict[str, Any], dict[str, float]]:
+def load_package(
+    init_file: str | Path, *, verify: bool = True
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, float]]:
     """Called by a bundle's ``__init__``: put its sources on ``sys.path`` and import its reward functions."""
     package_dir = Path(init_file).resolve().parent
     manifest = read_manifest(package_dir)
@@ -111,7 +113,9 @@ def load_package(init_file: str | Path, *, verify: bool = True) -> tuple[dict[st
         try:
             module = importlib.import_module(entry["module"])
         except Exception as exc:
-            raise BundleError(f"{package_dir}: cannot import {entry['module']} for {entry['name']}: {type(exc).__name__}: {exc}") from exc
+            raise BundleError(
+                f"{package_dir}: cannot import {entry['module']} for {entry['name']}: {type(exc).__name__}: {exc}"
+            ) from exc
         obj: Any = module
         for part in entry["attr"].split("."):
             obj = getattr(obj, part, None)
@@ -135,7 +139,9 @@ def _package_dir(path: Path) -> Path:
         return path
     candidates = [p.parent for p in path.glob("*/manifest.json") if (p.parent / "__init__.py").is_file()]
     if len(candidates) != 1:
-        raise BundleError(f"{path}: expected one bundle package inside (a directory with manifest.json and __init__.py)")
+        raise BundleError(
+            f"{path}: expected one bundle package inside (a directory with manifest.json and __init__.py)"
+        )
     return candidates[0]
 
 
@@ -159,13 +165,19 @@ def load_bundle(path: str | Path, *, verify: bool = True) -> LoadedBundle:
     name = package_dir.name
     manifest = read_manifest(package_dir)
     if manifest["name"] != name:
-        raise BundleError(f"{package_dir}: directory name does not match the manifest's bundle name {manifest['name']!r}")
+        raise BundleError(
+            f"{package_dir}: directory name does not match the manifest's bundle name {manifest['name']!r}"
+        )
     try:
         package = importlib.import_module(name)
     except BundleError:
         raise
     except Exception as exc:
-        raise BundleError(f"{package_dir}: cannot import the bundle package: {type(exc).__name__}: {exc}") from exc
+        raise BundleError(
+            f"{package_dir}: cannot import the bundle package: {type(exc).__name__}: {exc}"
+        ) from exc
     if Path(package.__file__).resolve().parent != package_dir:
-        raise BundleError(f"{package_dir}: another package named {name!r} is already imported from {package.__file__}")
+        raise BundleError(
+            f"{package_dir}: another package named {name!r} is already imported from {package.__file__}"
+        )
     return LoadedBundle(name, root, package.MANIFEST, dict(package.FUNCTIONS), dict(package.WEIGHTS))

@@ -245,3 +245,15 @@ def render_comparison(comparisons: list[Any], baseline: str, *, markup: bool, wi
                 entries = ", ".join(f"{e.id or e.key} {e.before:.3f}→{e.after:.3f}" for e in items[:3])
                 console.print(f"  {c.function} on {c.file} {label}: {entries}", highlight=False, markup=False)
     return console.file.getvalue()  # type: ignore[no-any-return]
+
+
+def write_deploy(tr: Any, outcome: Any) -> None:
+    """The deploy step's result: one line, plus what was (or would be) shipped."""
+    tr.write_sep("-", "reward deploy")
+    style = {"deployed": {"green": True}, "dry-run": {"cyan": True}}.get(
+        outcome.status, {"red": True, "bold": True}
+    )
+    prefix = "ERROR " if outcome.failed else ""
+    tr.write_line(f"{prefix}reward deploy: {outcome.message}", **style)
+    for line in outcome.lines:
+        tr.write_line(line)

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from .baseline import Comparison
     from .discovery import Registry, RewardFn
     from .results import GateResult, GroupAccumulator, SampleOutcome, Summary
+    from .thresholds import Gates
 
 __all__ = ["REWARD_DATA", "GroupReport", "RewardSession", "session_key"]
 
@@ -232,6 +233,12 @@ class RewardSession:
 
     # -- controller-side aggregation -----------------------------------------------------------------------
 
+    def _gates(self, name: str) -> Gates:
+        from .thresholds import Gates
+
+        fn = self._function(name)
+        return fn.gates if fn else Gates()
+
     def _function(self, name: str) -> RewardFn | None:
         if self.registry is None:
             return None
@@ -271,7 +278,6 @@ class RewardSession:
         if self.reports is not None:
             return self.reports
         from .results import SampleOutcome, evaluate_gates
-        from .thresholds import Gates
 
         settings = self.settings
         reports: list[GroupReport] = []
@@ -279,21 +285,17 @@ class RewardSession:
             summary = acc.summary(
                 seed=settings.seed, n_resamples=settings.n_resamples, expected=self._expected.get(key)
             )
-            fn = self._function(key[0])
-            gates = fn.gates if fn else Gates()
             reports.append(
                 GroupReport(
                     key[0],
                     key[1],
                     summary,
-                    evaluate_gates(summary, gates),
+                    evaluate_gates(summary, self._gates(key[0])),
                     self._outcomes[key],
                     flaky=acc.flaky,
                 )
             )
         for key, (summary, data) in self._file_groups.items():
-            fn = self._function(key[0])
-            gates = fn.gates if fn else Gates()
 
             def outcomes(name: str, data: dict[str, Any] = data) -> list[SampleOutcome]:
                 return [SampleOutcome.from_dict(o) for o in data.get(name, [])]
@@ -304,7 +306,7 @@ class RewardSession:
                     key[0],
                     key[1],
                     summary,
-                    evaluate_gates(summary, gates),
+                    evaluate_gates(summary, self._gates(key[0])),
                     outcomes("worst"),
                     complete_outcomes=False,
                     preview_pool=outcomes("preview"),

@@ -35,18 +35,9 @@ def _verdict_style(verdict: str) -> str:
 def render_table(reports: list[GroupReport], *, markup: bool, width: int) -> str:
     """The per-function table as text (with ANSI styles when ``markup``)."""
     from rich import box
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(
-        file=io.StringIO(),
-        width=width,
-        force_terminal=markup,
-        no_color=not markup,
-        color_system="standard" if markup else None,
-        highlight=False,
-        emoji=False,
-    )
+    console = _console(markup, width)
     table = Table(box=box.SIMPLE_HEAD if markup else box.ASCII2, show_edge=False, pad_edge=False)
     table.add_column("function", overflow="fold")
     table.add_column("samples", overflow="fold")

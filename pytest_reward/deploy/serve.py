@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import hashlib
 import hmac
@@ -656,8 +657,6 @@ class _Guard:
 
 def create_app(target: Target, options: ServeOptions | None = None) -> Any:
     """The ASGI application serving ``target`` (see the module docstring for routes and rules)."""
-    import contextlib
-
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
     from starlette.requests import Request
@@ -992,7 +991,8 @@ def run(
     if workers == 1:
         config = uvicorn.Config(create_app(target, options), **common)
         config.pytest_reward_read_timeout = options.read_timeout  # type: ignore[attr-defined]
-        uvicorn.Server(config).run(sockets=[sock])
+        with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises the SIGINT it shut down for
+            uvicorn.Server(config).run(sockets=[sock])
         return 0
     from uvicorn.supervisors import Multiprocess
 

@@ -228,7 +228,8 @@ def server_env(**extra: str) -> dict[str, str]:
 
 
 class ServerProcess:
-    """``pytest-reward serve TARGET --port 0 ...`` in a subprocess; ``url`` once it answers ``/health``."""
+    """``pytest-reward serve TARGET --port 0 ...`` (or ``command``) in a subprocess; ``url`` once it answers
+    ``/health``."""
 
     def __init__(
         self,
@@ -237,11 +238,21 @@ class ServerProcess:
         cwd: Path,
         env: dict[str, str] | None = None,
         token: str | None = None,
+        command: list[str] | None = None,
     ) -> None:
         self.cwd = cwd
         self.log_path = cwd / f"serve-{os.getpid()}-{time.monotonic_ns()}.log"
         self._log = open(self.log_path, "wb")  # noqa: SIM115 (closed in stop())
-        self.command = [sys.executable, "-m", "pytest_reward.cli", "serve", str(target), "--port", "0", *args]
+        self.command = command or [
+            sys.executable,
+            "-m",
+            "pytest_reward.cli",
+            "serve",
+            str(target),
+            "--port",
+            "0",
+            *args,
+        ]
         self.proc = subprocess.Popen(
             self.command, cwd=cwd, env=env or server_env(), stdout=self._log, stderr=subprocess.STDOUT
         )
@@ -454,3 +465,68 @@ def run_client(
     if proc.returncode != 0 or not results:
         pytest.fail(f"client failed ({proc.returncode})\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
     return json.loads(results[-1][len("RESULT ") :])
+
+
+# --- a bundle built by the real builder (pytest --reward-deploy) ----------------------------------------------------
+
+BUNDLE_NAME = "served_rewards"
+BUNDLE_REWARDS = """
+import pytest
+from pytest_reward import EvaluateResult, MetricResult, reward_function
+from helpers import answer
+
+
+@reward_function
+def exact(messages, ground_truth=None, **kwargs):
+    ok = ground_truth is not None and answer(messages) == str(ground_truth).strip()
+    score = 1.0 if ok else 0.0
+    return EvaluateResult(
+        score=score,
+        reason="match" if ok else "no match",
+        metrics={"exact": MetricResult(score=score, reason="exact match")},
+    )
+
+
+@pytest.mark.reward(threshold=0.0)
+@reward_function
+def length(messages, **kwargs):
+    return EvaluateResult(score=min(1.0, len(answer(messages)) / 10), reason="chars")
+"""
+BUNDLE_HELPERS = """
+def answer(messages):
+    return str(messages[-1].get("content") or "").strip() if messages else ""
+"""
+
+
+@pytest.fixture(scope="session")
+def built_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``pytest --reward-deploy=dir:out`` on a small green project; the bundle directory it wrote."""
+    project = tmp_path_factory.mktemp("bundle_project")
+    write_module(project, "rewards", BUNDLE_REWARDS)
+    write_module(project, "helpers", BUNDLE_HELPERS)
+    (project / "pytest.ini").write_text(f"[pytest]\nreward_bundle_name = {BUNDLE_NAME}\n")
+    sample = {"messages": msgs("2+2?", "4"), "ground_truth": "4"}
+    (project / "samples.jsonl").write_text(json.dumps(sample) + "\n")
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:xdist",
+            "--reward-samples",
+            "samples.jsonl",
+            "--reward-deploy=dir:out",
+        ],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=server_env(),
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    bundles = [p for p in (project / "out").iterdir() if p.is_dir() and p.name.startswith(BUNDLE_NAME)]
+    assert len(bundles) == 1, bundles
+    return bundles[0]

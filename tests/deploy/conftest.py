@@ -359,23 +359,6 @@ def run_cli(
 
 # --- real clients ----------------------------------------------------------------------------------------------------
 
-_NETWORK_ERRORS = (
-    "Could not fetch URL",
-    "Failed to establish a new connection",
-    "Temporary failure in name resolution",
-    "Name or service not known",
-    "Network is unreachable",
-    "No route to host",
-    "Connection refused",
-    "Connection reset",
-    "ConnectTimeoutError",
-    "Read timed out",
-    "ProxyError",
-    "SSLError",
-    "NewConnectionError",
-    "ConnectionError",
-)
-
 
 @contextlib.contextmanager
 def _locked(name: str) -> Iterator[None]:
@@ -388,23 +371,50 @@ def _locked(name: str) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _pip(python: str, *args: str) -> None:
+def _index_url(python: str) -> str:
+    """The index pip uses: $PIP_INDEX_URL, else pip's configured index-url, else PyPI."""
+    if os.environ.get("PIP_INDEX_URL"):
+        return os.environ["PIP_INDEX_URL"]
+    listing = subprocess.run(
+        [python, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60
+    )
+    for line in listing.stdout.splitlines():
+        key, _, value = line.partition("=")
+        if key.endswith("index-url") and not key.endswith("extra-index-url"):
+            return value.strip().strip("'\"")
+    return "https://pypi.org/simple"
+
+
+def _registry_unreachable(python: str, package: str) -> str | None:
+    """Why the package registry cannot be reached (None when it answers, whatever it answers)."""
+    import urllib.error
+    import urllib.request
+
+    url = f"{_index_url(python).rstrip('/')}/{package}/"
+    try:
+        with urllib.request.urlopen(url, timeout=30):
+            return None
+    except urllib.error.HTTPError:
+        return None  # it answered
+    except (OSError, ValueError) as exc:
+        return f"{url}: {exc}"
+
+
+def _pip(python: str, package: str, *args: str) -> None:
     """Run pip; skip the test if the package registry cannot be reached, fail it for any other error."""
     command = [python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", *args]
     try:
         proc = subprocess.run(command, capture_output=True, text=True, timeout=PIP_TIMEOUT)
-    except subprocess.TimeoutExpired as exc:
-        pytest.skip(
-            f"package registry unreachable: pip install did not finish within {PIP_TIMEOUT} s ({exc.cmd})"
-        )
-    if proc.returncode == 0:
+    except subprocess.TimeoutExpired:
+        proc = None
+    if proc is not None and proc.returncode == 0:
         return
-    output = proc.stdout + proc.stderr
-    hit = next((e for e in _NETWORK_ERRORS if e in output), None)
-    if hit:
-        line = next((ln for ln in output.splitlines() if hit in ln), hit)
-        pytest.skip(f"package registry unreachable ({' '.join(command[3:])}): {line.strip()[:300]}")
-    pytest.fail(f"{' '.join(command)} failed ({proc.returncode}):\n{output[-6000:]}")
+    problem = _registry_unreachable(python, package)
+    if problem:
+        pytest.skip(f"package registry unreachable, cannot install {package}: {problem}")
+    if proc is None:
+        pytest.fail(f"{' '.join(command)} did not finish within {PIP_TIMEOUT} s (the registry answers)")
+    pytest.fail(f"{' '.join(command)} failed ({proc.returncode}):\n{(proc.stdout + proc.stderr)[-6000:]}")
 
 
 def installed_target(package: str, version: str) -> Path:
@@ -417,7 +427,7 @@ def installed_target(package: str, version: str) -> Path:
     with _locked(name):
         if not marker.is_file():
             shutil.rmtree(directory, ignore_errors=True)
-            _pip(sys.executable, "--no-deps", "--target", str(directory), f"{package}=={version}")
+            _pip(sys.executable, package, "--no-deps", "--target", str(directory), f"{package}=={version}")
             marker.write_text(f"{package}=={version}\n")
     return directory
 
@@ -434,7 +444,7 @@ def reward_kit_python() -> str:
         if not (marker.is_file() and python.exists()):
             shutil.rmtree(directory, ignore_errors=True)
             subprocess.run([sys.executable, "-m", "venv", str(directory)], check=True, timeout=300)
-            _pip(str(python), "reward-kit==0.4.1", "mcp==1.12.4", "pydantic<2.12")
+            _pip(str(python), "reward-kit", "reward-kit==0.4.1", "mcp==1.12.4", "pydantic<2.12")
             check = subprocess.run(
                 [str(python), "-c", "import reward_kit, reward_kit.server; print(reward_kit.__file__)"],
                 capture_output=True,

@@ -69,10 +69,24 @@ class Bound:
 
 @dataclass(frozen=True, slots=True)
 class Expect:
-    """Golden expectation of one sample: a bound on the score and bounds on named metrics."""
+    """Golden expectation of one sample: a bound on the score and bounds on named metrics, for every reward
+    function that scores the sample, plus expectations for named functions only (``functions``)."""
 
     score: Bound | None = None
     metrics: tuple[tuple[str, Bound], ...] = ()
+    functions: tuple[tuple[str, Expect], ...] = ()
+
+    def for_function(self, *names: str) -> Expect | None:
+        """The expectation that applies to a function known by any of ``names`` (shared bounds and its own)."""
+        own = [e for name, e in self.functions if name in names]
+        if not own:
+            return self if (self.score is not None or self.metrics) else None
+        merged_metrics = dict(self.metrics)
+        score = self.score
+        for e in own:
+            merged_metrics.update(dict(e.metrics))
+            score = e.score if e.score is not None else score
+        return Expect(score=score, metrics=tuple(sorted(merged_metrics.items())))
 
 
 @dataclass(slots=True)
@@ -214,20 +228,31 @@ def _parse_bound(spec: Any, where: str) -> Bound:
     return bound
 
 
-def parse_expect(spec: Any) -> Expect:
-    """Parse an ``expect`` object: ``{"score": .67, "tol": .01}``, ``{"min": .5}``, ``{"metrics": {...}}``."""
+def parse_expect(spec: Any, where: str = "expect", *, nested: bool = False) -> Expect:
+    """Parse an ``expect`` object: ``{"score": .67, "tol": .01}``, ``{"min": .5}``, ``{"metrics": {...}}``, and
+    ``{"functions": {"relevance": {...}}}`` for bounds that apply to one reward function only."""
     if not isinstance(spec, dict):
-        raise SampleFormatError(f"'expect' must be an object, got {_describe(spec)}")
+        raise SampleFormatError(f"'{where}' must be an object, got {_describe(spec)}")
     metrics_spec = spec.get("metrics", {})
-    score_spec = {k: v for k, v in spec.items() if k != "metrics"}
+    functions_spec = spec.get("functions", {})
+    score_spec = {k: v for k, v in spec.items() if k not in ("metrics", "functions")}
     if not isinstance(metrics_spec, dict):
-        raise SampleFormatError("'expect.metrics' must be an object mapping metric names to bounds")
-    if not score_spec and not metrics_spec:
-        raise SampleFormatError("'expect' is empty; give score/tol, min, max or metrics")
+        raise SampleFormatError(f"'{where}.metrics' must be an object mapping metric names to bounds")
+    if not isinstance(functions_spec, dict) or (nested and functions_spec):
+        raise SampleFormatError(
+            f"'{where}.functions' must be an object mapping reward function names to expectations"
+        )
+    if not score_spec and not metrics_spec and not functions_spec:
+        raise SampleFormatError(f"'{where}' is empty; give score/tol, min, max, metrics or functions")
     return Expect(
-        score=_parse_bound(score_spec, "expect") if score_spec else None,
+        score=_parse_bound(score_spec, where) if score_spec else None,
         metrics=tuple(
-            (str(name), _parse_bound(b, f"expect.metrics.{name}")) for name, b in sorted(metrics_spec.items())
+            (str(name), _parse_bound(b, f"{where}.metrics.{name}"))
+            for name, b in sorted(metrics_spec.items())
+        ),
+        functions=tuple(
+            (str(name), parse_expect(e, f"{where}.functions.{name}", nested=True))
+            for name, e in sorted(functions_spec.items())
         ),
     )
 

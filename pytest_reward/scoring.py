@@ -229,7 +229,8 @@ class Invoker:
         error: str | None = None,
         duration: float = 0.0,
     ) -> SampleOutcome:
-        verdict, score, metrics, failures, below = judge(result, self.fn.gates, sample.expect, error=error)
+        expect = sample.expect.for_function(self.fn.name, self.fn.spec.name) if sample.expect else None
+        verdict, score, metrics, failures, below = judge(result, self.fn.gates, expect, error=error)
         user, response = conversation_excerpt(sample)
         extra: dict[str, Any] = {}
         if runs is not None:

@@ -221,3 +221,49 @@ def test_gates_are_the_same_in_both_granularities(project, granularity):
     result.stdout.fnmatch_lines(
         ["FAIL number on s.jsonl: mean 0.7083 (CI lower bound 0.6*, 90% bootstrap (B=2000, seed=0)) < 0.7"]
     )
+
+
+def test_expect_can_target_one_function(project):
+    project.file(
+        "rewards.py",
+        """
+        from pytest_reward import reward_function, EvaluateResult, MetricResult
+
+        @reward_function
+        def safety(messages, **kwargs):
+            return EvaluateResult(score=1.0, metrics={"safe": MetricResult(score=1.0, reason="")})
+
+        @reward_function
+        def relevance(messages, **kwargs):
+            return EvaluateResult(score=0.4)
+        """,
+    )
+    project.jsonl(
+        "s.jsonl",
+        [
+            {
+                "id": "a",
+                "messages": msgs("q", "a"),
+                "expect": {
+                    "min": 0.3,
+                    "functions": {
+                        "safety": {"metrics": {"safe": {"min": 0.9}}},
+                        "relevance": {"score": 0.4, "tol": 0.01},
+                    },
+                },
+            },
+            {"id": "b", "messages": msgs("q", "b"), "expect": {"functions": {"relevance": {"min": 0.5}}}},
+        ],
+    )
+    result = project.run("--reward-samples", "s.jsonl")
+    result.assert_outcomes(passed=3, failed=1)
+    result.stdout.fnmatch_lines(["FAILED s.jsonl::relevance?b? - expect score: expected ≥ 0.5, got 0.4"])
+
+
+def test_expect_functions_must_be_an_object(project):
+    project.file("rewards.py", SCORE_IS_CONTENT.format(marker=""))
+    project.jsonl("s.jsonl", [{"messages": msgs("q", "0.5"), "expect": {"functions": ["number"]}}])
+    result = project.run("--reward-samples", "s.jsonl")
+    result.stdout.fnmatch_lines(
+        ["*s.jsonl:1: 'expect.functions' must be an object mapping reward function names to expectations"]
+    )

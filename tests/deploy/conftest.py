@@ -67,7 +67,12 @@ ODD = '''
 import json
 import math
 
-from pytest_reward import EvaluateResult, reward_function
+from pytest_reward import EvaluateResult, StepOutput, reward_function
+
+
+@reward_function
+def nan_steps(messages, **kwargs):
+    return EvaluateResult(score=1.0, reason="steps", step_outputs=[StepOutput(step_index=0, base_reward=math.nan)])
 
 
 @reward_function

@@ -124,3 +124,31 @@ def test_worker_processes_serve_the_same_routes(start_server, tmp_path):
     assert server.proc.pid not in pids  # answered by worker processes, not the supervisor
     assert all(pid != os.getpid() for pid in pids)
     assert server.stop() == 0
+
+
+def test_connections_are_not_delayed_by_nagle(tmp_path):
+    """Responses go out as two writes; without TCP_NODELAY each request waits for a delayed ACK (~40 ms)."""
+    import socket
+    import threading
+
+    import uvicorn
+
+    from pytest_reward.deploy import serve
+
+    target = serve.load_target(str(write_module(tmp_path, "nodelay_rewards", REWARDS)))
+    sock = serve._bind("127.0.0.1", 0)
+    assert sock.proto == socket.IPPROTO_TCP  # asyncio sets TCP_NODELAY only on sockets that say TCP
+    config = uvicorn.Config(serve.create_app(target), http=serve.GuardedH11Protocol, log_level="warning")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        with httpx.Client(base_url=url, timeout=30) as client:
+            assert client.get("/health").status_code == 200  # the socket already listens; served once started
+            (connection,) = server.server_state.connections
+            raw = connection.transport.get_extra_info("socket")
+            assert raw.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+    finally:
+        server.should_exit = True
+        thread.join(30)

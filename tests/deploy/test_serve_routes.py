@@ -293,6 +293,13 @@ def test_combined_result_is_invalid_when_one_function_fails(odd):
     assert all(math.isfinite(m["score"]) for m in body["metrics"].values())
 
 
+def test_non_finite_numbers_elsewhere_in_a_result_become_null(odd):
+    response = odd.post("/functions/nan_steps/reward", json={"messages": msgs("q", "a")})
+    assert response.status_code == 200 and is_finite_json(response.text)
+    body = response.json()
+    assert body["score"] == 1.0 and body["step_outputs"][0]["base_reward"] is None
+
+
 def test_batch_mode_and_async_functions_are_served_pointwise(odd):
     assert odd.post("/functions/batch_len/slime", json={"response": "abcde"}).json() == pytest.approx(0.5)
     body = odd.post(

@@ -46,6 +46,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import copy
 import functools
 import hashlib
 import hmac
@@ -506,8 +507,10 @@ class _Scorer:
                 result = _failed(exc)
             out[0][name] = self._noted(name, result)
             return out
+        # Functions of one sample run at the same time: each gets its own copy of the (JSON) data.
+        isolate = copy.deepcopy if len(functions) > 1 else (lambda call: call)
         tasks = {
-            (i, name): asyncio.ensure_future(self._one(fn, call))
+            (i, name): asyncio.ensure_future(self._one(fn, isolate(call)))
             for i, call in enumerate(calls)
             for name, fn in functions.items()
         }

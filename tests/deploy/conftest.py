@@ -76,6 +76,14 @@ def nan_steps(messages, **kwargs):
 
 
 @reward_function
+def mutate(messages, ground_truth=None, **kwargs):
+    messages.clear()
+    if isinstance(ground_truth, list):
+        ground_truth.clear()
+    return EvaluateResult(score=1.0, reason="mutated its input")
+
+
+@reward_function
 def boom(messages, **kwargs):
     raise RuntimeError("kaboom")
 

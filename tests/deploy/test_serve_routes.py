@@ -300,6 +300,13 @@ def test_non_finite_numbers_elsewhere_in_a_result_become_null(odd):
     assert body["score"] == 1.0 and body["step_outputs"][0]["base_reward"] is None
 
 
+def test_functions_of_one_request_cannot_see_each_others_changes(odd):
+    body = odd.post("/reward", json={"messages": msgs("q", "a"), "ground_truth": ["x"]}).json()
+    seen = json.loads(body["metrics"]["echo"]["reason"].split(": ", 1)[1])
+    assert seen["messages"] == msgs("q", "a") and seen["ground_truth"] == ["x"]
+    assert body["metrics"]["mutate"]["score"] == 1.0
+
+
 def test_batch_mode_and_async_functions_are_served_pointwise(odd):
     assert odd.post("/functions/batch_len/slime", json={"response": "abcde"}).json() == pytest.approx(0.5)
     body = odd.post(

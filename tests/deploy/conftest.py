@@ -335,6 +335,7 @@ def start_server(tmp_path: Path) -> Iterator[Any]:
     yield start
     for server in servers:
         server.stop()
+        print(f"--- {' '.join(server.command)}\n{server.log()}")  # shown by pytest when the test failed
 
 
 @contextlib.contextmanager
@@ -354,6 +355,7 @@ def module_server(
         yield server
     finally:
         server.stop()
+        print(f"--- {' '.join(server.command)}\n{server.log()}")  # shown by pytest if the last test failed
 
 
 def run_cli(

@@ -118,6 +118,16 @@ def test_reward_passes_extra_fields_as_kwargs(odd):
     assert seen["messages"] == msgs("q", "a")
 
 
+def test_request_content_is_data_only(odd):
+    """Field names that look like code or collide with the server's own call parameters are plain kwargs."""
+    extra = {"fn": "os.system", "__import__": "os", "__class__": {"x": 1}, "self": "rm -rf /"}
+    payload = {"messages": [{"role": "user", "content": "__import__('os').system('false')"}], **extra}
+    response = odd.post("/functions/echo/reward", json=payload)
+    assert response.status_code == 200
+    seen = json.loads(response.json()["reason"])
+    assert seen["kwargs"] == extra and seen["messages"] == payload["messages"]
+
+
 def test_missing_or_null_ground_truth_is_not_passed(odd):
     for payload in ({"messages": msgs("q", "a")}, {"messages": msgs("q", "a"), "ground_truth": None}):
         seen = json.loads(odd.post("/functions/echo/reward", json=payload).json()["reason"])

@@ -6,6 +6,20 @@ Importing this subpackage imports jax; ``import pytest_reward`` and the pytest p
     >>> job = InferenceJob.from_checkpoint(resolve_model("tiny-adder"))
     >>> job.rollout(["12+345="], max_new_tokens=8)[0].text
     '357'
+
+Modules, one concept each:
+
+* :mod:`.config` - :class:`ModelConfig` and ``config.json`` translation;
+* :mod:`.model` - the transformer as pure functions over a parameter pytree;
+* :mod:`.checkpoint` - Hugging Face safetensors directories in and out, every tensor checked;
+* :mod:`.tokenizer` - :class:`ByteTokenizer` (no dependency) and :class:`HFTokenizer` (``tokenizers``);
+* :mod:`.generate` - the jitted programs (rollout, scoring, logits, the naive no-cache reference);
+* :mod:`.inference` - :class:`InferenceJob`, the API, shape buckets, devices and the theseus duck type;
+* :mod:`.compilation` - compile counter and persistent compilation cache;
+* :mod:`.zoo` - :func:`resolve_model` for the shipped example models.
+
+The shipped ``tiny-adder`` lives inside the package (``pytest_reward/jax/models/tiny-adder``) so that an installed
+wheel can find it; ``examples/models/tiny-adder`` in the repository is a symlink to it.
 """
 
 from __future__ import annotations

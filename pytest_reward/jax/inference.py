@@ -287,13 +287,15 @@ class InferenceJob:
         seed: int | None = None,
         n: int = 1,
         truncate: Literal["error", "left"] = "error",
+        ignore_eos: bool = False,
     ) -> list[Rollout]:
         """Generate continuations of text prompts (or chats: lists of ``{"role", "content"}`` messages).
 
         Returns ``len(prompts) * n`` :class:`Rollout`\\ s, the ``n`` samples of a prompt consecutive. Greedy when
         ``temperature == 0``; otherwise samples with ``top_k`` (0 = off) and nucleus ``top_p``, reproducibly from
         ``seed`` (``None``: a fresh seed from the job's ``seed`` and a call counter). A row stops at the
-        end-of-text/eos token or after ``max_new_tokens``; ``stop`` strings cut the text afterwards.
+        end-of-text/eos token (unless ``ignore_eos``, for fixed-length benchmarks) or after ``max_new_tokens``;
+        ``stop`` strings cut the text afterwards.
 
         A prompt needs ``len(prompt_tokens) + max_new_tokens <= block_size``; a longer one raises ``ValueError``
         unless ``truncate="left"``, which keeps the prompt's last tokens. An empty prompt starts from the
@@ -310,12 +312,13 @@ class InferenceJob:
             seed=seed,
             n=n,
             truncate=truncate,
+            ignore_eos=ignore_eos,
         )
         stops = [stop] if isinstance(stop, str) else [s for s in stop if s]
         results = []
         for row, gen in enumerate(gens):
             i, j = divmod(row, n)
-            results.append(self._finish(texts[i], prompt_ids[i], gen, max_new_tokens, stops, i, j))
+            results.append(self._finish(texts[i], prompt_ids[i], gen, stops, i, j, ignore_eos))
         self.stats.tokens_generated += sum(len(g) for g in gens)
         return results
 
@@ -324,22 +327,20 @@ class InferenceJob:
         prompt: str,
         prompt_ids: list[int],
         gen: list[int],
-        max_new: int,
         stops: list[str],
         i: int,
         j: int,
+        ignore_eos: bool,
     ) -> Rollout:
         reason: FinishReason = "length"
-        if gen and gen[-1] in self.stop_token_ids:
+        if gen and not ignore_eos and gen[-1] in self.stop_token_ids:
             gen, reason = gen[:-1], "eot"
         text = self.tokenizer.decode(gen)
         cut = min((k for k in (text.find(s) for s in stops) if k >= 0), default=-1)
         if cut >= 0:
             text, reason = text[:cut], "stop"
-            for m in range(1, len(gen) + 1):  # shortest token prefix that spells past the cut
-                if len(self.tokenizer.decode(gen[:m])) > cut and any(
-                    s in self.tokenizer.decode(gen[:m]) for s in stops
-                ):
+            for m in range(1, len(gen) + 1):  # keep the shortest token prefix that spells a stop string
+                if any(s in self.tokenizer.decode(gen[:m]) for s in stops):
                     gen = gen[:m]
                     break
         return Rollout(prompt, text, tuple(gen), reason, i, j, tuple(prompt_ids))
@@ -355,6 +356,7 @@ class InferenceJob:
         seed: int | None = None,
         n: int = 1,
         truncate: Literal["error", "left"] = "error",
+        ignore_eos: bool = False,
     ) -> tuple[list[list[int]], list[list[int]]]:
         """Token-level rollout: prompt id lists -> (``len(prompts) * n`` generated id lists, prompts as fed).
 
@@ -404,7 +406,8 @@ class InferenceJob:
             self._put_scalar(top_k, np.int32),
             self._put_scalar(top_p, np.float32),
         )
-        static = {"cfg": self.config, "new_slots": new_slots, "mode": mode, "stop_ids": self.stop_token_ids}
+        stop_ids = () if ignore_eos else self.stop_token_ids
+        static = {"cfg": self.config, "new_slots": new_slots, "mode": mode, "stop_ids": stop_ids}
         pending = []
         for start in range(0, len(rows), B):
             chunk = rows[start : start + B]
@@ -423,7 +426,7 @@ class InferenceJob:
             outs.append(self._fetch(out))
             self.stats.decode_steps += int(steps)
         out = np.concatenate(outs)[: len(rows)]
-        stop_set = set(self.stop_token_ids)
+        stop_set = set(stop_ids)
         gens = []
         for r in out:
             gen = r[:max_new_tokens].tolist()
@@ -436,6 +439,40 @@ class InferenceJob:
             gens = [g for g in gens for _ in range(n)]
         self.stats.rollout_rows += len(gens)
         return gens, fed
+
+    def rollout_raw(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        max_prompt_length: int | None = None,
+        *,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+    ) -> np.ndarray:
+        """theseus's ``return_type="raw_indices"`` layout, for RL consumers: int32 (N, P + max_new_tokens).
+
+        ``P = max_prompt_length`` (default ``block_size - max_new_tokens``). Row i holds prompt i left-padded with
+        the pad token in ``[0, P)`` (prompts longer than P keep their last P tokens) and its generation in
+        ``[P, P + max_new_tokens)``; slots after an end-of-text token repeat it.
+        """
+        P = self.block_size - max_new_tokens if max_prompt_length is None else int(max_prompt_length)
+        if P < 1 or P + max_new_tokens > self.block_size:
+            raise ValueError(
+                f"max_prompt_length={P} + max_new_tokens={max_new_tokens} must fit block_size={self.block_size}"
+            )
+        clipped = [list(p)[-P:] for p in prompts]
+        gens, fed = self.generate_tokens(
+            clipped, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed
+        )
+        tokens, _ = self.pad(fed, self.tokenizer.pad_token, P)
+        out = np.empty((len(gens), P + max_new_tokens), np.int32)
+        out[:, :P] = tokens
+        for i, g in enumerate(gens):
+            out[i, P : P + len(g)] = g
+            out[i, P + len(g) :] = g[-1] if len(g) < max_new_tokens else 0
+        return out
 
     # ------------------------------------------------------------------------------------------ scoring
     def _score_rows(

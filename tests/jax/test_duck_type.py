@@ -63,3 +63,18 @@ def test_forward_loss_with_targets(random_gpt):
     _, loss, _ = job.forward(job.state, job.params, (x, y, mask))
     [ll] = job.loglikelihood([("a", "bcdef")])  # the same inputs and targets
     assert float(loss) == pytest.approx(-ll.logprob / 5, rel=1e-4)
+
+
+def test_rollout_raw_layout(random_gpt):
+    job = random_gpt
+    prompts = ByteTokenizer().encode_batch(["hello", "a" * 120])
+    raw = job.rollout_raw(prompts, 16)
+    P = 128 - 16
+    assert raw.shape == (2, 128) and raw.dtype == np.int32
+    assert raw[0, P - 5 : P].tolist() == prompts[0]
+    assert (raw[0, : P - 5] == job.tokenizer.pad_token).all()
+    assert raw[1, :P].tolist() == prompts[1][-P:]  # too long: the head is dropped
+    gens, _ = job.generate_tokens([prompts[0]], 16)
+    assert raw[0, P : P + len(gens[0])].tolist() == gens[0]
+    with pytest.raises(ValueError, match="must fit block_size=128"):
+        job.rollout_raw(prompts, 16, max_prompt_length=120)

@@ -210,3 +210,15 @@ def test_counters(random_gpt):
     assert (s.rollout_calls, s.rollout_rows) == (1, 4)
     assert s.tokens_generated == sum(len(r.tokens) + (r.finish_reason == "eot") for r in out)
     assert 1 <= s.decode_steps <= 5
+
+
+def test_bfloat16_job_tracks_float32(random_gpt):
+    job16 = InferenceJob(random_gpt.config, random_gpt.params, dtype="bfloat16", per_device_batch_size=8)
+    assert job16.params["embed"].dtype == np.dtype("bfloat16")
+    seq = ByteTokenizer().encode("bfloat16 keeps the shape of the distribution")
+    lg32, lg16 = random_gpt.logits([seq])[0], job16.logits([seq])[0]
+    assert lg16.dtype == np.float32
+    assert np.abs(lg16 - lg32).max() < 0.1 * np.abs(lg32).max()
+    assert (lg16.argmax(-1) == lg32.argmax(-1)).mean() > 0.8
+    [r] = job16.rollout(["abc"], 8)
+    assert len(r.tokens) + (r.finish_reason == "eot") >= 1

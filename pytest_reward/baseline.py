@@ -12,7 +12,8 @@ bootstrap interval), and the most regressed and most improved samples.
 
 Rules (``--reward-compare-fail=mean:0.02,pass_rate:0.05,sample:0.3``) fail the session when a drop exceeds its
 tolerance; with ``--reward-compare-strict`` the ``mean`` and ``pass_rate`` rules fail only when the interval of
-the delta also lies below zero. The ``sample`` rule fails on any single paired sample dropping more than the
+the delta at ``--reward-compare-confidence`` (default 99 %, so identical reruns fail at most about 0.5 % of the
+time whatever the tolerance) also lies below zero. The ``sample`` rule fails on any single paired sample dropping more than the
 tolerance.
 """
 
@@ -183,6 +184,9 @@ class Comparison:
     pass_rate_after: float | None = None
     pass_rate_delta: float | None = None
     pass_rate_delta_ci: dict[str, Any] | None = None
+    """Interval of the pass-rate change at the strict confidence."""
+    mean_delta_strict: dict[str, Any] | None = None
+    """Interval of the mean change at the strict confidence (``--reward-compare-strict`` reads this one)."""
     regressed: list[SampleDelta] = field(default_factory=list)
     improved: list[SampleDelta] = field(default_factory=list)
     worst_delta: float | None = None
@@ -199,7 +203,14 @@ def _fill(*groups: dict[str, Any]) -> float:
 
 
 def _compare_group(
-    current: dict[str, Any], base: dict[str, Any], name: str, *, seed: int, n_resamples: int, top: int
+    current: dict[str, Any],
+    base: dict[str, Any],
+    name: str,
+    *,
+    seed: int,
+    n_resamples: int,
+    top: int,
+    strict_confidence: float,
 ) -> Comparison:
     import numpy as np
 
@@ -218,12 +229,15 @@ def _compare_group(
     before = np.array([old[k]["score"] if old[k].get("score") is not None else fill for k in keys])
     comp.mean_before, comp.mean_after = float(before.mean()), float(after.mean())
     comp.mean_delta = paired_bootstrap_delta(after, before, seed=seed, n_resamples=n_resamples).to_dict()
+    comp.mean_delta_strict = paired_bootstrap_delta(
+        after, before, strict_confidence, seed=seed, n_resamples=n_resamples
+    ).to_dict()
     pass_after = np.array([cur[k].get("verdict") == "pass" for k in keys], dtype=float)
     pass_before = np.array([old[k].get("verdict") == "pass" for k in keys], dtype=float)
     comp.pass_rate_before, comp.pass_rate_after = float(pass_before.mean()), float(pass_after.mean())
     comp.pass_rate_delta = comp.pass_rate_after - comp.pass_rate_before
     comp.pass_rate_delta_ci = paired_bootstrap_delta(
-        pass_after, pass_before, seed=seed, n_resamples=n_resamples
+        pass_after, pass_before, strict_confidence, seed=seed, n_resamples=n_resamples
     ).to_dict()
     deltas = after - before
     comp.worst_delta = float(deltas.min())
@@ -241,7 +255,13 @@ def _compare_group(
 
 
 def compare_runs(
-    current: dict[str, Any], baseline: dict[str, Any], *, seed: int = 0, n_resamples: int = 2000, top: int = 5
+    current: dict[str, Any],
+    baseline: dict[str, Any],
+    *,
+    seed: int = 0,
+    n_resamples: int = 2000,
+    top: int = 5,
+    strict_confidence: float = 0.99,
 ) -> list[Comparison]:
     """Compare two run records (as written by ``Storage.save``) group by group."""
     name = baseline.get("name", "baseline")
@@ -256,7 +276,17 @@ def compare_runs(
                 Comparison(group["function"], group["file"], name, n_new=len(group["samples"]), status="new")
             )
             continue
-        out.append(_compare_group(group, base_groups[key], name, seed=seed, n_resamples=n_resamples, top=top))
+        out.append(
+            _compare_group(
+                group,
+                base_groups[key],
+                name,
+                seed=seed,
+                n_resamples=n_resamples,
+                top=top,
+                strict_confidence=strict_confidence,
+            )
+        )
     for key, group in base_groups.items():
         if key not in seen:
             out.append(Comparison(key[0], key[1], name, n_removed=len(group["samples"]), status="removed"))
@@ -307,7 +337,7 @@ def evaluate_rules(comparisons: list[Comparison], rules: list[Rule], *, strict: 
         where = f"{comp.function} on {comp.file}"
         for rule in rules:
             if rule.name == "mean" and comp.mean_delta is not None:
-                d = comp.mean_delta
+                d = comp.mean_delta_strict if strict and comp.mean_delta_strict else comp.mean_delta
                 if d["estimate"] < -rule.tolerance and (not strict or d["high"] < 0):
                     failures.append(
                         f"{where}: mean dropped {-d['estimate']:.4g} ({comp.mean_before:.4g} → {comp.mean_after:.4g}, "

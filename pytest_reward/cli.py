@@ -32,6 +32,9 @@ def _compare_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Name
     )
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     parser.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    parser.add_argument(
+        "--confidence", type=float, default=0.99, help="confidence of the strict rule (default 0.99)"
+    )
 
     def run(args: argparse.Namespace) -> int:
         import shutil
@@ -50,7 +53,9 @@ def _compare_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Name
         except pytest.UsageError as exc:
             print(f"pytest-reward compare: {exc}", file=sys.stderr)
             return 4
-        comparisons = compare_runs(cur, base, seed=args.seed, n_resamples=args.resamples)
+        comparisons = compare_runs(
+            cur, base, seed=args.seed, n_resamples=args.resamples, strict_confidence=args.confidence
+        )
         markup = sys.stdout.isatty()
         width = shutil.get_terminal_size((120, 24)).columns
         print(f"{cur_path.stem} vs {base_path.stem}")

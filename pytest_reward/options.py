@@ -245,6 +245,14 @@ OPTIONS: tuple[Option, ...] = (
         "when the paired bootstrap interval of the drop also excludes zero.",
     ),
     Option(
+        "--reward-compare-confidence",
+        "reward_compare_confidence",
+        "float",
+        0.99,
+        "Confidence of the paired interval that --reward-compare-strict requires to exclude zero.",
+        metavar="LEVEL",
+    ),
+    Option(
         "--reward-deploy",
         "reward_deploy_target",
         "str",
@@ -315,6 +323,7 @@ class Settings:
     compare: str | None = None
     compare_fail: tuple[str, ...] = ()
     compare_strict: bool = False
+    compare_confidence: float = 0.99
     deploy: bool = False
     deploy_target: str | None = None
     deploy_dry_run: bool = False
@@ -477,6 +486,7 @@ def resolve(config: pytest.Config) -> Settings:
         compare=values["reward_compare"][0],
         compare_fail=tuple(values["reward_compare_fail"][0]),
         compare_strict=bool(values["reward_compare_strict"][0]),
+        compare_confidence=_confidence(*values["reward_compare_confidence"]),
         deploy=config.getoption("reward_deploy", None) is not None,
         deploy_target=config.getoption("reward_deploy", None)
         or config.getini("reward_deploy_target")
@@ -486,6 +496,12 @@ def resolve(config: pytest.Config) -> Settings:
         bundle_name=values["reward_bundle_name"][0],
         bundle_include=tuple(values["reward_bundle_include"][0]),
     )
+
+
+def _confidence(value: float, source: str) -> float:
+    if not 0.0 < value < 1.0:
+        raise pytest.UsageError(f"{source}: a confidence level must be in (0, 1), got {value:g}")
+    return value
 
 
 def _path(value: str | None, base: Path) -> Path | None:

@@ -424,7 +424,11 @@ class RewardSession:
         _path, base = self.baseline
         rules = parse_rules(self.settings.compare_fail)
         self.comparisons = compare_runs(
-            self.run_record(), base, seed=self.settings.seed, n_resamples=self.settings.n_resamples
+            self.run_record(),
+            base,
+            seed=self.settings.seed,
+            n_resamples=self.settings.n_resamples,
+            strict_confidence=self.settings.compare_confidence,
         )
         by_key = {(c.function, c.file): c for c in self.comparisons}
         for report in self.finish():

@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 CLIENT_CACHE = Path(
     os.environ.get("PYTEST_REWARD_CLIENT_CACHE") or Path.home() / ".cache" / "pytest-reward" / "clients"
 )
-PIP_TIMEOUT = 900
+PIP_TIMEOUT = 480  # below pytest-timeout's 600 s, so that an unreachable registry skips instead
 _LISTENING = re.compile(r"listening on (http://[^\s]+)")
 
 # --- reward modules served in the tests ----------------------------------------------------------------------

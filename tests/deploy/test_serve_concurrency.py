@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import time
 
 import httpx
 import pytest
@@ -55,8 +56,11 @@ def test_a_busy_thread_pool_does_not_block_the_loop(start_server, conc):
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         hung = pool.submit(httpx.post, server.url + "/functions/hang/reward", json=BODY, timeout=90)
         with httpx.Client(base_url=server.url, timeout=30) as client:
-            while client.get("/health").json()["threads"]["busy"] == 0:
-                pass  # until the only thread is taken by the hung call
+            for _ in range(3000):  # until the only thread is taken by the hung call
+                if client.get("/health").json()["threads"]["busy"] or hung.done():
+                    break
+                time.sleep(0.01)
+            assert not hung.done(), hung.result()
             result = client.post("/functions/gather/reward", json={**BODY, "expected": 1}).json()
             assert result["is_score_valid"] and result["reason"] == "MainThread"
             assert client.get("/health").json()["threads"] == {"size": 1, "busy": 1}

@@ -294,7 +294,7 @@ class GroupAccumulator:
     def summary(self, *, seed: int = 0, n_resamples: int = 2000, expected: int | None = None) -> Summary:
         import numpy as np
 
-        from .stats import bootstrap_mean_ci, wilson_interval
+        from .stats import bootstrap_mean_ci, bootstrap_mean_cis, wilson_interval
 
         gates = self.gates
         conf = gates.confidence
@@ -323,6 +323,12 @@ class GroupAccumulator:
 
         def ci(vals: Any, level: float) -> dict[str, Any]:
             return _interval_dict(bootstrap_mean_ci(vals, level, n_resamples=n_resamples, seed=seed))
+
+        # The table's 95 % interval and the gate's interval come from the same resamples.
+        levels = (0.95, conf) if (conf and gates.mean is not None) else (0.95,)
+        score_cis = [
+            _interval_dict(i) for i in bootstrap_mean_cis(values, levels, n_resamples=n_resamples, seed=seed)
+        ]
 
         metrics: dict[str, MetricSummary] = {}
         for name in sorted(set(self.metric_values) | self._gated_metrics):
@@ -356,9 +362,9 @@ class GroupAccumulator:
             max=float(values.max()),
             p10=quantiles["0.1"],
             pass_rate=self.n_pass / self.n,
-            mean_ci=ci(values, 0.95),
+            mean_ci=score_cis[0],
             quantiles=quantiles,
-            gate_mean_ci=ci(values, conf) if (conf and gates.mean is not None) else None,
+            gate_mean_ci=score_cis[1] if len(score_cis) > 1 else None,
             gate_pass_ci=_interval_dict(wilson_interval(self.n_pass, self.n, conf))
             if (conf and gates.pass_rate is not None)
             else None,

@@ -26,6 +26,7 @@ import numpy as np
 __all__ = [
     "Interval",
     "bootstrap_mean_ci",
+    "bootstrap_mean_cis",
     "normal_mean_ci",
     "paired_bootstrap_delta",
     "quantile",
@@ -34,7 +35,7 @@ __all__ = [
 ]
 
 #: Above this many values the mean's bootstrap is replaced by the normal approximation.
-BOOTSTRAP_EXACT_LIMIT = 20_000
+BOOTSTRAP_EXACT_LIMIT = 10_000
 
 
 @dataclass(frozen=True)
@@ -100,17 +101,36 @@ def bootstrap_mean_ci(
     exact_limit: int = BOOTSTRAP_EXACT_LIMIT,
 ) -> Interval:
     """Percentile-bootstrap interval of the mean (seeded); normal approximation above ``exact_limit`` values."""
-    _check_confidence(confidence)
+    return bootstrap_mean_cis(
+        values, (confidence,), n_resamples=n_resamples, seed=seed, exact_limit=exact_limit
+    )[0]
+
+
+def bootstrap_mean_cis(
+    values: Sequence[float] | np.ndarray,
+    confidences: Sequence[float],
+    *,
+    n_resamples: int = 2000,
+    seed: int = 0,
+    exact_limit: int = BOOTSTRAP_EXACT_LIMIT,
+) -> list[Interval]:
+    """``bootstrap_mean_ci`` at several confidence levels from one set of resamples (same seed, same draws)."""
+    for confidence in confidences:
+        _check_confidence(confidence)
     arr = _as_array(values)
     n = arr.size
     if n == 0:
         raise ValueError("no values")
     mean = float(arr.mean())
+    method = f"bootstrap (B={n_resamples}, seed={seed})"
     if n == 1 or float(arr.max()) == float(arr.min()):
-        return Interval(mean, mean, mean, confidence, f"bootstrap (B={n_resamples}, seed={seed})")
+        return [Interval(mean, mean, mean, c, method) for c in confidences]
     if n > exact_limit:
-        ci = normal_mean_ci(arr, confidence)
-        return Interval(mean, ci.low, ci.high, confidence, f"normal approximation (n={n} > {exact_limit})")
+        out = []
+        for c in confidences:
+            ci = normal_mean_ci(arr, c)
+            out.append(Interval(mean, ci.low, ci.high, c, f"normal approximation (n={n} > {exact_limit})"))
+        return out
     rng = np.random.default_rng(seed)
     means = np.empty(n_resamples, dtype=np.float64)
     # Resample in blocks so memory stays bounded (block x n indices at a time).
@@ -119,9 +139,12 @@ def bootstrap_mean_ci(
         stop = min(n_resamples, start + block)
         idx = rng.integers(0, n, size=(stop - start, n))
         means[start:stop] = arr[idx].mean(axis=1)
-    alpha = (1.0 - confidence) / 2.0
-    low, high = np.quantile(means, [alpha, 1.0 - alpha])
-    return Interval(mean, float(low), float(high), confidence, f"bootstrap (B={n_resamples}, seed={seed})")
+    out = []
+    for c in confidences:
+        alpha = (1.0 - c) / 2.0
+        low, high = np.quantile(means, [alpha, 1.0 - alpha])
+        out.append(Interval(mean, float(low), float(high), c, method))
+    return out
 
 
 def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> Interval:

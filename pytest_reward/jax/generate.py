@@ -60,9 +60,9 @@ def choose_tokens(
         V = x.shape[-1]
         srt = -jnp.sort(-x, axis=-1)  # (B, V) descending
         k = jnp.where(top_k > 0, jnp.minimum(top_k, V), V)
-        srt = jnp.where(jnp.arange(V) < k, srt, -jnp.inf)
-        probs = jax.nn.softmax(srt, axis=-1)
-        keep = (jnp.cumsum(probs, axis=-1) - probs) < top_p  # (B, V), always keeps the first
+        in_top_k = jnp.arange(V) < k
+        probs = jax.nn.softmax(jnp.where(in_top_k, srt, -jnp.inf), axis=-1)
+        keep = in_top_k & ((jnp.cumsum(probs, axis=-1) - probs) < top_p)  # (B, V), always keeps the first
         last = jnp.sum(keep, axis=-1, keepdims=True) - 1
         threshold = jnp.take_along_axis(srt, last, axis=-1)  # (B, 1)
         x = jnp.where(x >= threshold, x, -jnp.inf)

@@ -25,7 +25,7 @@ SCRIPT = textwrap.dedent(
     greedy = job.rollout(prompts, 12)
     sampled = job.rollout(prompts, 12, temperature=1.5, top_p=0.9, seed=7, n=2)
     ll = job.loglikelihood([("hello ", "world"), ("", "abc"), ("x" * 40, "y")])
-    nll = job.token_nll(["some text to score", "b"])
+    nll = job.token_nll(["some text to score, long enough to share the 64-token bucket", "b"])
     print(json.dumps({
         "devices": jax.device_count(),
         "replicas": job.replicas,

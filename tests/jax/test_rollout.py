@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import pytest
 
@@ -115,7 +116,7 @@ def test_samples_do_not_depend_on_batching_or_neighbours():
     r_large = large.rollout(prompts, 12, **kw)
     assert [r.tokens for r in r_small] == [r.tokens for r in r_large]
     changed = list(prompts)
-    changed[3:] = random_prompts(7, 2, 30, seed=8)  # new neighbours after prompt 2
+    changed[3:] = random_prompts(7, 2, 12, seed=8)  # new neighbours after prompt 2
     r_changed = large.rollout(changed, 12, **kw)
     assert [r.tokens for r in r_changed[:9]] == [r.tokens for r in r_large[:9]]
 
@@ -143,7 +144,7 @@ def test_sampling_follows_the_model_distribution(random_gpt):
     logits = random_gpt.logits([ids])[0][-1]
     probs = np.exp(logits - logits.max())
     probs /= probs.sum()
-    n = 600
+    n = 400
 
     def first_tokens(count: int, **kw) -> list[int]:
         gens, _ = random_gpt.generate_tokens([ids], 1, temperature=1.0, seed=5, n=count, **kw)
@@ -222,3 +223,24 @@ def test_bfloat16_job_tracks_float32(random_gpt):
     assert (lg16.argmax(-1) == lg32.argmax(-1)).mean() > 0.8
     [r] = job16.rollout(["abc"], 8)
     assert len(r.tokens) + (r.finish_reason == "eot") >= 1
+
+
+def test_top_k_and_inclusive_top_p_keep_the_right_support():
+    import jax.numpy as jnp
+
+    logits = jnp.log(jnp.asarray([[0.5, 0.3, 0.15, 0.05]] * 256, jnp.float32))  # 256 rows, one distribution
+    keys = jax.vmap(jax.random.PRNGKey)(jnp.arange(256))
+
+    def support(top_k: int, top_p: float) -> set[int]:
+        mode = gen_mod.sampling_mode(1.0, top_k, top_p)
+        picked = gen_mod.choose_tokens(
+            logits, keys, jnp.int32(0), 1.0, jnp.int32(top_k), jnp.float32(top_p), mode
+        )
+        return set(np.asarray(picked).tolist())
+
+    assert support(0, 1.0) == {0, 1, 2, 3}
+    assert support(2, 1.0) == {0, 1}
+    assert support(0, 0.7) == {0, 1}  # inclusive nucleus: 0.5 < 0.7, so the token crossing 0.7 stays
+    assert support(0, 0.85) == {0, 1, 2}
+    assert support(3, 0.5) == {0}
+    assert support(1, 1.0) == {0}

@@ -25,7 +25,12 @@ wheel can find it; ``examples/models/tiny-adder`` in the repository is a symlink
 from __future__ import annotations
 
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from .compilation import backend_compile_count, enable_compilation_cache, install_compile_counter
+from .compilation import (
+    backend_compile_count,
+    enable_compilation_cache,
+    install_compile_counter,
+    persistent_cache_hits,
+)
 from .config import ConfigError, ModelConfig
 from .inference import InferenceJob, InferenceState, InferenceStats, Loglikelihood, Rollout
 from .model import forward, init_params
@@ -53,6 +58,7 @@ __all__ = [
     "install_compile_counter",
     "load_checkpoint",
     "load_tokenizer",
+    "persistent_cache_hits",
     "render_chatml",
     "resolve_model",
     "save_checkpoint",

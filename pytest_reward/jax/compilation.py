@@ -1,46 +1,71 @@
-"""XLA compilation bookkeeping: a process-wide backend-compile counter and the persistent compilation cache."""
+"""XLA compilation bookkeeping: process-wide compile counters and the persistent compilation cache."""
 
 from __future__ import annotations
 
 import threading
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import jax
 
-_BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+_BACKEND_COMPILE_EVENT = (
+    "/jax/core/compile/backend_compile_duration"  # fired per compile request past jit's cache
+)
+_CACHE_HIT_EVENT = (
+    "/jax/compilation_cache/cache_hits"  # fired when the persistent cache supplies the executable
+)
 _lock = threading.Lock()
-_counts: Counter[str] = Counter()
+_requests: Counter[str] = Counter()
+_hits = 0
 _installed = False
 
 
-def _listener(event: str, duration: float, **kwargs: object) -> None:
+def _on_duration(event: str, duration: float, **kwargs: Any) -> None:
     if event == _BACKEND_COMPILE_EVENT:
         with _lock:
-            _counts[str(kwargs.get("fun_name", "?"))] += 1
+            _requests[str(kwargs.get("fun_name", "?"))] += 1
+
+
+def _on_event(event: str, **kwargs: Any) -> None:
+    global _hits
+    if event == _CACHE_HIT_EVENT:
+        with _lock:
+            _hits += 1
 
 
 def install_compile_counter() -> None:
-    """Start counting XLA backend compiles in this process (idempotent; persistent-cache hits are not counted)."""
+    """Start counting compiles in this process (idempotent; :class:`InferenceJob` calls it)."""
     global _installed
     with _lock:
         if _installed:
             return
-        jax.monitoring.register_event_duration_secs_listener(_listener)
+        jax.monitoring.register_event_duration_secs_listener(_on_duration)
+        jax.monitoring.register_event_listener(_on_event)
         _installed = True
 
 
 def backend_compile_count(fun_name: str | None = None) -> int:
-    """XLA compiles seen since :func:`install_compile_counter`, in total or for one jitted function name."""
+    """Executables that had to be built since :func:`install_compile_counter`: requests that missed jit's
+    in-memory cache, in total minus those the persistent cache answered, or (for one ``fun_name`` such as
+    ``"jit(rollout)"``) including persistent-cache answers."""
     with _lock:
-        return sum(_counts.values()) if fun_name is None else _counts[fun_name]
+        if fun_name is not None:
+            return _requests[fun_name]
+        return sum(_requests.values()) - _hits
+
+
+def persistent_cache_hits() -> int:
+    """Executables loaded from the persistent compilation cache since :func:`install_compile_counter`."""
+    with _lock:
+        return _hits
 
 
 def enable_compilation_cache(directory: str | Path) -> Path:
     """Turn on jax's persistent compilation cache in ``directory`` (process-wide; every compile is cached).
 
-    A new process then loads executables instead of recompiling them (on this 2-core CPU: ~2 s -> ~1 s for a
-    first rollout). Returns the directory.
+    A new process then loads executables instead of recompiling them (on a 2-core CPU the theseus notes saw a
+    first rollout drop from ~2.5 s to ~1 s). Returns the directory.
     """
     path = Path(directory).expanduser().resolve()
     path.mkdir(parents=True, exist_ok=True)

@@ -65,3 +65,34 @@ def test_two_devices_match_one():
         assert a[0] == pytest.approx(b[0], abs=1e-4)
     for a, b in zip(one["nll"], two["nll"], strict=True):
         assert a == pytest.approx(b, abs=1e-4)
+
+
+CACHE_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    from pytest_reward.jax import InferenceJob, ModelConfig, backend_compile_count, init_params, persistent_cache_hits
+
+    cfg = ModelConfig.gpt2(vocab_size=257, d_model=32, n_layers=1, n_heads=2, max_positions=64)
+    job = InferenceJob(cfg, init_params(cfg, seed=0), compilation_cache_dir=sys.argv[1])
+    before, hits = backend_compile_count(), persistent_cache_hits()
+    out = job.rollout(["abc", "de"], 8)
+    print(json.dumps({"built": backend_compile_count() - before, "loaded": persistent_cache_hits() - hits,
+                      "text": [r.text for r in out]}))
+    """
+)
+
+
+def test_persistent_compilation_cache_is_used_by_a_new_process(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    runs = []
+    for _ in range(2):
+        proc = subprocess.run(
+            [sys.executable, "-c", CACHE_SCRIPT, str(tmp_path / "cache")],
+            env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    assert runs[0]["built"] >= 1 and runs[0]["loaded"] == 0
+    assert runs[1]["built"] == 0 and runs[1]["loaded"] >= 1
+    assert runs[0]["text"] == runs[1]["text"]
+    assert any((tmp_path / "cache").iterdir())

@@ -63,6 +63,17 @@ class GroupReport:
                 for line in fh:
                     yield json.loads(line)
 
+    def write_rows(self, fh: IO[str]) -> None:
+        """Write every row as JSON lines; file-granularity rows are copied as they were streamed (no re-encoding)."""
+        if self.complete_outcomes:
+            for outcome in sorted(self.outcomes, key=lambda o: o.line):
+                fh.write(json.dumps(outcome.row(), ensure_ascii=False) + "\n")
+        elif self.rows_file is not None:
+            import shutil
+
+            with open(self.rows_file, encoding="utf-8") as src:
+                shutil.copyfileobj(src, fh, 1 << 20)
+
     def failing(self, limit: int = 20) -> list[SampleOutcome]:
         return sorted((o for o in self.outcomes if o.verdict == "fail"), key=lambda o: o.line)[:limit]
 

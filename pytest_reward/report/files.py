@@ -21,8 +21,7 @@ def write_report_dir(rs: RewardSession, directory: Path) -> list[Path]:
     results = directory / "results.jsonl"
     with atomic_open(results, "w") as fh:
         for report in rs.finish():
-            for row in report.rows():
-                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+            report.write_rows(fh)
     data = report_data(rs)
     summary = directory / "summary.json"
     atomic_write_text(summary, json.dumps(data, indent=2, ensure_ascii=False) + "\n")

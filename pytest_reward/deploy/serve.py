@@ -617,23 +617,29 @@ class _Guard:
             return
         started = time.perf_counter()
         status = 0
+        logged = not self.options.access_log
+
+        def log_line() -> None:
+            nonlocal logged
+            logged = True
+            client = scope.get("client")
+            who = f"{client[0]}:{client[1]}" if client else "-"
+            ms = (time.perf_counter() - started) * 1000
+            access_log.info('%s "%s %s" %s %.1fms', who, scope["method"], scope["path"], status or "-", ms)
 
         async def send_logged(message: dict[str, Any]) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+            elif not logged and not message.get("more_body", False):
+                log_line()  # before the last bytes go out: a client that has its answer finds the line written
             await send(message)
 
         try:
             await self._handle(scope, receive, send_logged)
         finally:
-            if self.options.access_log:
-                client = scope.get("client")
-                who = f"{client[0]}:{client[1]}" if client else "-"
-                ms = (time.perf_counter() - started) * 1000
-                access_log.info(
-                    '%s "%s %s" %s %.1fms', who, scope["method"], scope["path"], status or "-", ms
-                )
+            if not logged:  # no complete response (the client went away, or an error)
+                log_line()
 
     async def _handle(
         self, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]

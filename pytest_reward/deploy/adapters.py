@@ -77,12 +77,33 @@ def _finish(value: Any) -> Any:
     return result
 
 
-def _kwargs(messages: list[dict[str, Any]], ground_truth: Any, extra: Mapping[str, Any]) -> dict[str, Any]:
+def _kwargs(
+    fn: Callable[..., Any], messages: list[dict[str, Any]], ground_truth: Any, extra: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The call's keyword arguments, as in a test run: ``original_messages`` defaults to ``messages[:-1]``."""
     kwargs = dict(extra)
     kwargs["messages"] = messages
-    if ground_truth is not _MISSING:
+    if ground_truth is not _MISSING and ground_truth is not None:
         kwargs["ground_truth"] = ground_truth
+    if "original_messages" not in kwargs and _declares(fn, "original_messages"):
+        kwargs["original_messages"] = messages[:-1]
     return kwargs
+
+
+def _declares(fn: Callable[..., Any], name: str) -> bool:
+    """Whether ``fn`` (possibly a ``functools.partial`` of a reward function) has a parameter ``name``."""
+    import functools
+
+    from ..decorator import get_spec
+
+    while isinstance(fn, functools.partial):
+        if name in fn.keywords:
+            return False
+        fn = fn.func
+    try:
+        return name in get_spec(fn).parameters
+    except Exception:  # not analysable: pass nothing extra
+        return False
 
 
 def call_reward(
@@ -90,7 +111,7 @@ def call_reward(
 ) -> Any:
     """Call a reward function; errors inside it become an invalid ``EvaluateResult`` (never raises)."""
     try:
-        value = fn(**_kwargs(messages, ground_truth, extra))
+        value = fn(**_kwargs(fn, messages, ground_truth, extra))
         if inspect.isawaitable(value):
             value = asyncio.run(_await(value))
         return _finish(value)
@@ -108,9 +129,9 @@ async def acall_reward(
     """``call_reward`` for async callers: async functions are awaited, sync ones run in a worker thread."""
     try:
         if inspect.iscoroutinefunction(fn):
-            value = await fn(**_kwargs(messages, ground_truth, extra))
+            value = await fn(**_kwargs(fn, messages, ground_truth, extra))
         else:
-            value = await asyncio.to_thread(fn, **_kwargs(messages, ground_truth, extra))
+            value = await asyncio.to_thread(fn, **_kwargs(fn, messages, ground_truth, extra))
             if inspect.isawaitable(value):
                 value = await value
         return _finish(value)

@@ -137,7 +137,13 @@ def load_package(
 def _package_dir(path: Path) -> Path:
     if (path / "manifest.json").is_file() and (path / "__init__.py").is_file():
         return path
-    candidates = [p.parent for p in path.glob("*/manifest.json") if (p.parent / "__init__.py").is_file()]
+    # a bundle directory (<name>-<version>/<name>/) or an extracted tarball (<tmp>/<name>-<version>/<name>/)
+    candidates = [
+        p.parent
+        for pattern in ("*/manifest.json", "*/*/manifest.json")
+        for p in path.glob(pattern)
+        if (p.parent / "__init__.py").is_file()
+    ]
     if len(candidates) != 1:
         raise BundleError(
             f"{path}: expected one bundle package inside (a directory with manifest.json and __init__.py)"

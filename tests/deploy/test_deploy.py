@@ -475,3 +475,23 @@ def test_function_deploy_method(project):
     assert "relevance was not deployed (pytest exit code 1)" in error
     assert "bad.jsonl::relevance[nope]: score 0 < threshold 0.2" in error
     assert not (project.path / "out2").exists()
+
+
+def test_adapters_pass_original_messages_like_a_test_run():
+    import functools
+
+    from pytest_reward import reward_function
+    from pytest_reward.deploy.adapters import call_reward
+
+    @reward_function
+    def uses_context(messages, original_messages=None, **kwargs):
+        return {"score": float(len(original_messages or []))}
+
+    conversation = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "a"},
+    ]
+    assert call_reward(uses_context, conversation).score == 2.0
+    assert call_reward(functools.partial(uses_context, x=1), conversation).score == 2.0
+    assert call_reward(functools.partial(uses_context, original_messages=[]), conversation).score == 0.0

@@ -78,12 +78,14 @@ def test_python_dash_m_bundle_serves_it(built_bundle, tmp_path):
         assert server.stop() == 0
 
 
-def test_real_tarball_is_extracted_safely_or_refused_clearly(built_bundle, tmp_path):
+def test_the_builders_tarball_is_served(start_server, built_bundle):
+    """The .tar.gz next to the bundle directory (``<name>-<version>/<name>/`` inside) serves the same bundle."""
     archive = built_bundle.parent / f"{built_bundle.name}.tar.gz"
-    result = run_cli("serve", str(archive), "--port", "0", cwd=tmp_path, timeout=30)
-    if result.returncode == 2:  # see test_serve_security::test_tarball_in_the_builders_layout_is_served
-        assert "expected one bundle package inside" in result.stderr
-        pytest.xfail("runtime.load_bundle does not find the package in the builder's tarball layout yet")
+    server = start_server(archive)
+    health = httpx.get(server.url + "/health", timeout=30).json()
+    assert health["name"] == BUNDLE_NAME
+    manifest = json.loads((built_bundle / BUNDLE_NAME / "manifest.json").read_text())
+    assert health["content_hash"] == manifest["content_hash"]
 
 
 def copy_bundle(built_bundle: Path, tmp_path: Path) -> Path:

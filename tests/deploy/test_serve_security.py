@@ -307,11 +307,6 @@ def test_tarball_with_the_package_at_its_top_is_served(start_server, tmp_path):
     assert httpx.get(server.url + "/health", timeout=30).json()["name"] == "rb_test"
 
 
-@pytest.mark.xfail(
-    reason="runtime.load_bundle looks for the package one level below the extraction directory; "
-    "the builder's tarball nests it two levels down (<name>-<version>/<name>/)",
-    strict=False,
-)
 def test_tarball_in_the_builders_layout_is_served(start_server, tmp_path):
     bundle = make_bundle(tmp_path / "build")
     archive = tmp_path / "rb_test-v1.tar.gz"

@@ -142,11 +142,10 @@ def dumps_run(record: dict[str, Any]) -> str:
         out.append('      "samples": {')
         samples = group.get("samples", {})
         keys = sorted(samples)
+        dump = json.JSONEncoder(ensure_ascii=False, sort_keys=True).encode
         for si, key in enumerate(keys):
             comma = "," if si < len(keys) - 1 else ""
-            out.append(
-                f"        {json.dumps(key, ensure_ascii=False)}: {json.dumps(samples[key], sort_keys=True, ensure_ascii=False)}{comma}"
-            )
+            out.append(f"        {dump(key)}: {dump(samples[key])}{comma}")
         out.append("      }")
         out.append("    }" + ("," if gi < len(groups) - 1 else ""))
     out.append("  ]")

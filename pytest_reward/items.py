@@ -336,12 +336,15 @@ class FileItem(_RewardItem):
         lowest: list[SampleOutcome] = []
         reservoir = Reservoir(settings.preview, seed=(settings.seed, self.fn.name, label))
         rows = self.rs.open_rows_part(self.fn.name, label)
+        record = RecordColumns() if settings.needs_record else None
         try:
             for outcome in self._outcomes():
                 acc.add(outcome)
                 reservoir.offer(outcome)
                 if rows is not None:
-                    rows.write(json.dumps(outcome.row(), ensure_ascii=False) + "\n")
+                    rows.write(json.dumps(outcome.row(text=False), ensure_ascii=False) + "\n")
+                if record is not None:
+                    record.add(outcome)
                 if outcome.verdict == FAIL:
                     n_failing += 1
                     if len(failing) < self.WORST:
@@ -367,6 +370,7 @@ class FileItem(_RewardItem):
                 "preview": [o.to_dict() for o in reservoir.items],
                 "flaky": [o.to_dict() for o in acc.flaky],
                 "rows_file": rows.name if rows is not None else None,
+                "record": record.columns if record is not None else None,
                 "verdict": FAIL if n_failing else "pass",
             }
         )
@@ -390,6 +394,22 @@ class FileItem(_RewardItem):
         return self._crash_repr(
             excinfo, f"{self.fn.name} on {self.invoker.file_label}: {describe_exception(excinfo.value)}", []
         )
+
+
+class RecordColumns:
+    """What a stored run keeps of each sample (key, score, verdict, id, line), as plain columns: cheap to build
+    while streaming and to ship to the controller, so the controller need not re-read the rows."""
+
+    def __init__(self) -> None:
+        self.columns: dict[str, list[Any]] = {"key": [], "score": [], "verdict": [], "id": [], "line": []}
+
+    def add(self, outcome: SampleOutcome) -> None:
+        c = self.columns
+        c["key"].append(outcome.key)
+        c["score"].append(outcome.score)
+        c["verdict"].append(outcome.verdict)
+        c["id"].append(outcome.sample_id)
+        c["line"].append(outcome.line)
 
 
 def _by_score(outcome: SampleOutcome) -> float:

@@ -332,9 +332,14 @@ class Settings:
     bundle_include: tuple[str, ...] = ()
 
     @property
+    def needs_record(self) -> bool:
+        """Whether every sample's score must reach the controller (stored runs, comparisons)."""
+        return bool(self.save is not None or self.autosave or self.compare)
+
+    @property
     def needs_rows(self) -> bool:
-        """Whether every sample's row must reach the controller (reports, stored runs, comparisons)."""
-        return bool(self.report_dir or self.save is not None or self.autosave or self.compare)
+        """Whether every sample's full row must reach the controller (``--reward-report``)."""
+        return bool(self.report_dir)
 
     @property
     def active(self) -> bool:

@@ -64,8 +64,9 @@ class SampleOutcome:
     def from_dict(cls, data: dict[str, Any]) -> SampleOutcome:
         return cls(**data)
 
-    def row(self) -> dict[str, Any]:
-        """One line of ``results.jsonl``."""
+    def row(self, *, text: bool = True) -> dict[str, Any]:
+        """One line of ``results.jsonl`` (``text=False``: without the conversation excerpts, which the report
+        pages show for the samples they list but results.jsonl, one line per sample, leaves to the samples file)."""
         row: dict[str, Any] = {
             "function": self.function,
             "file": self.file,
@@ -79,9 +80,10 @@ class SampleOutcome:
             "error": self.error,
             "failures": self.failures,
             "duration": round(self.duration, 6),
-            "user": self.user,
-            "response": self.response,
         }
+        if text:
+            row["user"] = self.user
+            row["response"] = self.response
         if "runs" in self.extra:
             row["runs"] = self.extra["runs"]
             row["spread"] = self.extra.get("spread")

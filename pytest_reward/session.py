@@ -39,7 +39,27 @@ class GroupReport:
     """A seeded random sample of outcomes (file granularity) to draw previews from."""
     flaky: list[SampleOutcome] = field(default_factory=list)
     rows_file: Path | None = None
+    record: dict[str, list[Any]] | None = None
+    """Per-sample key/score/verdict/id/line columns shipped by file-granularity items (for stored runs)."""
     comparison: Comparison | None = None
+
+    def samples_record(self) -> dict[str, dict[str, Any]]:
+        """``{key: {score, verdict, id, line}}`` of every sample, for stored runs and comparisons."""
+        if not self.complete_outcomes and self.record is not None:
+            c = self.record
+            return {
+                k: {"score": s, "verdict": v, "id": i, "line": n}
+                for k, s, v, i, n in zip(c["key"], c["score"], c["verdict"], c["id"], c["line"], strict=True)
+            }
+        return {
+            row["key"]: {
+                "score": row["score"],
+                "verdict": row["verdict"],
+                "id": row["id"],
+                "line": row["line"],
+            }
+            for row in self.rows()
+        }
 
     @property
     def failed_gates(self) -> list[GateResult]:
@@ -57,7 +77,7 @@ class GroupReport:
         """Every sample's ``results.jsonl`` row, in file order."""
         if self.complete_outcomes:
             for outcome in sorted(self.outcomes, key=lambda o: o.line):
-                yield outcome.row()
+                yield outcome.row(text=False)
         elif self.rows_file is not None:
             with open(self.rows_file, encoding="utf-8") as fh:
                 for line in fh:
@@ -67,7 +87,7 @@ class GroupReport:
         """Write every row as JSON lines; file-granularity rows are copied as they were streamed (no re-encoding)."""
         if self.complete_outcomes:
             for outcome in sorted(self.outcomes, key=lambda o: o.line):
-                fh.write(json.dumps(outcome.row(), ensure_ascii=False) + "\n")
+                fh.write(json.dumps(outcome.row(text=False), ensure_ascii=False) + "\n")
         elif self.rows_file is not None:
             import shutil
 
@@ -323,6 +343,7 @@ class RewardSession:
                     preview_pool=outcomes("preview"),
                     flaky=outcomes("flaky"),
                     rows_file=Path(rows_file) if rows_file else None,
+                    record=data.get("record"),
                 )
             )
         reports.sort(key=lambda r: (r.function, r.file))
@@ -369,14 +390,7 @@ class RewardSession:
         record.update(self.meta())
         groups = []
         for report in self.finish():
-            samples = {}
-            for row in report.rows():
-                samples[row["key"]] = {
-                    "score": row["score"],
-                    "verdict": row["verdict"],
-                    "id": row["id"],
-                    "line": row["line"],
-                }
+            samples = report.samples_record()
             groups.append(
                 {
                     "function": report.function,

@@ -142,15 +142,38 @@ def dumps_run(record: dict[str, Any]) -> str:
         out.append('      "samples": {')
         samples = group.get("samples", {})
         keys = sorted(samples)
-        dump = json.JSONEncoder(ensure_ascii=False, sort_keys=True).encode
         for si, key in enumerate(keys):
             comma = "," if si < len(keys) - 1 else ""
-            out.append(f"        {dump(key)}: {dump(samples[key])}{comma}")
+            out.append(f"        {_string(key)}: {_sample_json(samples[key])}{comma}")
         out.append("      }")
         out.append("    }" + ("," if gi < len(groups) - 1 else ""))
     out.append("  ]")
     out.append("}")
     return "\n".join(out) + "\n"
+
+
+_dump = json.JSONEncoder(ensure_ascii=False, sort_keys=True).encode
+_string = json.encoder.encode_basestring  # type: ignore[attr-defined]
+_SAMPLE_KEYS = ("id", "line", "score", "verdict")
+
+
+def _sample_json(entry: dict[str, Any]) -> str:
+    """``json.dumps(entry, sort_keys=True)`` for the usual {id, line, score, verdict} entry, without the generic
+    encoder's per-call cost (a stored run has one per sample)."""
+    score, line, ident, verdict = entry.get("score"), entry.get("line"), entry.get("id"), entry.get("verdict")
+    if (
+        len(entry) == 4
+        and all(k in entry for k in _SAMPLE_KEYS)
+        and isinstance(ident, str)
+        and isinstance(verdict, str)
+        and type(line) is int
+        and (score is None or (type(score) is float and score == score and abs(score) != float("inf")))
+    ):
+        return (
+            f'{{"id": {_string(ident)}, "line": {line}, "score": {"null" if score is None else repr(score)}, '
+            f'"verdict": {_string(verdict)}}}'
+        )
+    return _dump(entry)
 
 
 # --- comparison ------------------------------------------------------------------------------------------

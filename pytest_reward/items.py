@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["FileItem", "LineErrorItem", "SampleItem", "SamplesFile"]
 
 _PACKAGE_DIR = str(Path(__file__).resolve().parent)
+_ROW_JSON = json.JSONEncoder(ensure_ascii=False).encode
 
 
 class RewardFailure(Exception):
@@ -342,7 +343,7 @@ class FileItem(_RewardItem):
                 acc.add(outcome)
                 reservoir.offer(outcome)
                 if rows is not None:
-                    rows.write(json.dumps(outcome.row(text=False), ensure_ascii=False) + "\n")
+                    rows.write(_ROW_JSON(outcome.row(text=False)) + "\n")
                 if record is not None:
                     record.add(outcome)
                 if outcome.verdict == FAIL:

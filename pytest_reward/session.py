@@ -87,7 +87,7 @@ class GroupReport:
         """Write every row as JSON lines; file-granularity rows are copied as they were streamed (no re-encoding)."""
         if self.complete_outcomes:
             for outcome in sorted(self.outcomes, key=lambda o: o.line):
-                fh.write(json.dumps(outcome.row(text=False), ensure_ascii=False) + "\n")
+                fh.write(_ROW_JSON(outcome.row(text=False)) + "\n")
         elif self.rows_file is not None:
             import shutil
 
@@ -504,6 +504,7 @@ class RewardSession:
         return errors
 
 
+_ROW_JSON = json.JSONEncoder(ensure_ascii=False).encode
 session_key = pytest.StashKey[RewardSession]()
 #: Reward data of an item's call phase, copied onto its report (``report.reward``) by the plugin.
 REWARD_DATA = pytest.StashKey[dict[str, Any]]()

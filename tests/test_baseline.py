@@ -6,8 +6,10 @@ import json
 import random
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from pytest_reward.baseline import Storage, compare_runs, dumps_run, evaluate_rules, parse_rules
+from pytest_reward.baseline import Storage, _sample_json, compare_runs, dumps_run, evaluate_rules, parse_rules
 from pytest_reward.cli import main as cli_main
 
 from .conftest import msgs
@@ -264,3 +266,18 @@ def test_storage_numbering_and_resolution(tmp_path):
 def test_dumps_run_round_trips():
     data = record({"b": 0.5, "a": None})
     assert json.loads(dumps_run(data)) == data
+
+
+@given(
+    st.fixed_dictionaries(
+        {
+            "id": st.text(),
+            "line": st.integers(1, 10**9),
+            "score": st.none() | st.floats(allow_nan=False, allow_infinity=False),
+            "verdict": st.sampled_from(["pass", "below", "fail"]),
+        }
+    )
+)
+def test_fast_sample_encoding_is_plain_json(entry):
+    assert _sample_json(entry) == json.dumps(entry, sort_keys=True, ensure_ascii=False)
+    assert json.loads(_sample_json(entry)) == entry

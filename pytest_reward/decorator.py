@@ -223,7 +223,13 @@ def _to_messages(value: Any, name: str) -> list[Message]:
 
 
 def _all_messages(value: Any) -> bool:
-    return value.__class__ is list and all(m.__class__ is Message for m in value)
+    # A plain loop: all() over a generator expression builds a generator on every call (the hot path).
+    if value.__class__ is not list:
+        return False
+    for m in value:  # noqa: SIM110 (deliberately not all(): see above)
+        if m.__class__ is not Message:
+            return False
+    return True
 
 
 def _coerce_inputs(spec: RewardSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
@@ -352,10 +358,13 @@ def _wrap(func: Callable[..., Any], spec: RewardSpec) -> Callable[..., Any]:
 
         wrapper: Callable[..., Any] = async_wrapper
     elif needs_input:
+        only_messages = not (spec.coerce_ground_truth or spec.coerce_rollouts)
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             __tracebackhide__ = True
-            args = _coerce_inputs(spec, args, kwargs)
+            # Fast path: messages already Message objects, passed by keyword (how the plugin calls).
+            if args or not only_messages or not _all_messages(kwargs.get("messages")):
+                args = _coerce_inputs(spec, args, kwargs)
             result = func(*args, **kwargs)
             if result.__class__ is passthrough:
                 return result

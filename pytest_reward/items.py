@@ -338,10 +338,14 @@ class FileItem(_RewardItem):
         reservoir = Reservoir(settings.preview, seed=(settings.seed, self.fn.name, label))
         rows = self.rs.open_rows_part(self.fn.name, label)
         record = RecordColumns() if settings.needs_record else None
+        invoker = self.invoker
+        invoker.light = True  # key and excerpt only for the outcomes kept below
         try:
             for outcome in self._outcomes():
                 acc.add(outcome)
                 reservoir.offer(outcome)
+                if rows is not None or record is not None:
+                    invoker.fill_key(outcome)
                 if rows is not None:
                     rows.write(_ROW_JSON(outcome.row(text=False)) + "\n")
                 if record is not None:
@@ -361,6 +365,8 @@ class FileItem(_RewardItem):
         lowest.sort(key=_by_score)
         summary = acc.summary(seed=settings.seed, n_resamples=settings.n_resamples)
         worst = failing + lowest[: max(0, self.WORST - len(failing))]
+        for outcome in (*worst, *reservoir.items, *acc.flaky):
+            invoker.complete(outcome)
         self.user_properties.extend([("reward.n", summary.n), ("reward.failed", n_failing)])
         if summary.mean is not None:
             self.user_properties.append(("reward.mean", summary.mean))

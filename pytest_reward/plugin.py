@@ -57,10 +57,11 @@ def pytest_configure(config: pytest.Config) -> None:
     rs.setup_parts_dir()
     if not rs.is_worker:
         # Bad baselines and compare rules are usage errors, before anything runs.
-        from .baseline import parse_rules
+        if settings.compare_fail or settings.compare:
+            from .baseline import parse_rules
 
-        parse_rules(settings.compare_fail)
-        rs.load_baseline()
+            parse_rules(settings.compare_fail)
+            rs.load_baseline()
         if settings.deploy:
             from .deploy.flow import targets_for
 
@@ -160,7 +161,7 @@ class RewardHooks:
         # Aggregate gates are judged once, here, on the controller (pytest-cov's --cov-fail-under pattern).
         result = yield
         rs = self.rs
-        if rs.is_worker or session.config.option.collectonly:
+        if rs.is_worker or session.config.option.collectonly or not rs.has_results:
             return result
         failed = sum(len(r.failed_gates) for r in rs.finish())
         failed += len(rs.compare())

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from .thresholds import Gates, MetricGates
@@ -48,6 +48,8 @@ class SampleOutcome:
     user: str | None = None
     response: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    sample: Any = field(default=None, repr=False, compare=False)
+    """The sample itself, only while a file-granularity item decides whether to keep this outcome."""
 
     @property
     def passed(self) -> bool:
@@ -58,7 +60,8 @@ class SampleOutcome:
         return self.score is None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        # Shallow (dataclasses.asdict deep-copies): the nested values are never mutated after judging.
+        return {name: getattr(self, name) for name in _OUTCOME_FIELDS}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SampleOutcome:
@@ -88,6 +91,9 @@ class SampleOutcome:
             row["runs"] = self.extra["runs"]
             row["spread"] = self.extra.get("spread")
         return row
+
+
+_OUTCOME_FIELDS = tuple(f.name for f in fields(SampleOutcome) if f.name != "sample")
 
 
 def _metric_scores(result: EvaluateResult) -> dict[str, dict[str, Any]]:

@@ -102,6 +102,7 @@ class Sample:
     expect: Expect | None = None
     kwargs: dict[str, Any] = field(default_factory=dict)
     record: dict[str, Any] | None = None
+    _key: str | None = field(default=None, repr=False, compare=False)
 
     @property
     def has_ground_truth(self) -> bool:
@@ -125,10 +126,14 @@ class Sample:
 
     @property
     def key(self) -> str:
-        """Stable identity across runs: ``id:<id>`` when the sample has one, else a hash of its content."""
-        if self.id is not None:
-            return f"id:{self.id}"
-        return "sha1:" + content_hash(self.record or {})
+        """Stable identity across runs: ``id:<id>`` when the sample has one, else a hash of its content
+        (computed once: hashing canonical JSON is the dearest per-sample step of a file-granularity run)."""
+        if self._key is None:
+            if self.id is not None:
+                self._key = f"id:{self.id}"
+            else:
+                self._key = "sha1:" + content_hash(self.record or {})
+        return self._key
 
 
 def content_hash(record: dict[str, Any]) -> str:

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from .decorator import RewardReturnError
+from .models import EvaluateResult
 from .results import FAIL, SampleOutcome, judge
 
 if TYPE_CHECKING:
@@ -74,9 +75,7 @@ def conversation_excerpt(sample: Sample) -> tuple[str | None, str | None]:
 
 def to_result(value: Any, fn_name: str) -> EvaluateResult:
     """Accept our ``EvaluateResult`` or a foreign one (installed reward-kit); anything else is invalid."""
-    from .models import EvaluateResult
-
-    if isinstance(value, EvaluateResult):
+    if value.__class__ is EvaluateResult or isinstance(value, EvaluateResult):
         return value
     if value is not None and hasattr(value, "model_dump") and hasattr(value, "score"):
         try:
@@ -150,6 +149,8 @@ class Invoker:
         self.fn = fn
         self.file_label = file_label
         self.runs = runs
+        self.light = False
+        """File granularity: leave key and excerpt empty (filled by ``complete`` for outcomes that are kept)."""
         spec = fn.spec
         self._wants_original = "original_messages" in spec.parameters
         self._is_async = spec.is_async
@@ -185,6 +186,8 @@ class Invoker:
     def call(self, sample: Sample) -> Scored:
         """Call the function on one sample; user exceptions propagate, bad returns raise ``InvalidResult``."""
         __tracebackhide__ = True
+        if self.runs == 1:
+            return self._once(sample), None
         return self._merge([self._once(sample) for _ in range(self.runs)])
 
     def _batch_once(self, samples: Sequence[Sample]) -> list[EvaluateResult]:
@@ -220,6 +223,24 @@ class Invoker:
 
     # -- outcomes ------------------------------------------------------------------------------------------
 
+    @staticmethod
+    def fill_key(outcome: SampleOutcome) -> SampleOutcome:
+        """The stable key of a light outcome (needed for rows and stored runs)."""
+        if outcome.sample is not None and not outcome.key:
+            outcome.key = outcome.sample.key
+        return outcome
+
+    @staticmethod
+    def complete(outcome: SampleOutcome) -> SampleOutcome:
+        """Fill the key and the conversation excerpt of a light outcome (file granularity keeps few)."""
+        sample = outcome.sample
+        if sample is not None:
+            if not outcome.key:
+                outcome.key = sample.key
+            outcome.user, outcome.response = conversation_excerpt(sample)
+            outcome.sample = None
+        return outcome
+
     def outcome(
         self,
         sample: Sample,
@@ -231,7 +252,10 @@ class Invoker:
     ) -> SampleOutcome:
         expect = sample.expect.for_function(self.fn.name, self.fn.spec.name) if sample.expect else None
         verdict, score, metrics, failures, below = judge(result, self.fn.gates, expect, error=error)
-        user, response = conversation_excerpt(sample)
+        if self.light:
+            user = response = None
+        else:
+            user, response = conversation_excerpt(sample)
         extra: dict[str, Any] = {}
         if runs is not None:
             extra = {"runs": runs, "spread": spread(runs)}
@@ -240,7 +264,7 @@ class Invoker:
             file=self.file_label,
             line=sample.line,
             sample_id=sample.label,
-            key=sample.key,
+            key="" if self.light else sample.key,
             verdict=verdict,
             score=score,
             is_score_valid=bool(result.is_score_valid) if result is not None else False,
@@ -253,6 +277,7 @@ class Invoker:
             user=user,
             response=response,
             extra=extra,
+            sample=sample if self.light else None,
         )
 
     def score_one(self, sample: Sample) -> SampleOutcome:

@@ -304,6 +304,11 @@ class RewardSession:
             summary = Summary.from_dict(data["summary"])
             self._file_groups[(summary.function, summary.file)] = (summary, data)
 
+    @property
+    def has_results(self) -> bool:
+        """Whether any reward item reported (unrelated runs skip all the end-of-run work)."""
+        return bool(self._accumulators or self._file_groups)
+
     def finish(self) -> list[GroupReport]:
         """Summaries and gate verdicts of every group (computed once, on the controller)."""
         if self.reports is not None:

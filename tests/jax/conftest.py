@@ -92,3 +92,38 @@ def random_prompts(n: int, lo: int, hi: int, seed: int = 0) -> list[str]:
     rng = np.random.default_rng(seed)
     lengths = [lo, hi, *rng.integers(lo, hi + 1, max(0, n - 2)).tolist()][:n]
     return ["".join(chr(c) for c in rng.integers(97, 123, k)) for k in lengths]
+
+
+def bigram_job(table: np.ndarray, tokenizer=None, max_positions: int = 64, **kwargs) -> InferenceJob:
+    """A model whose logits are ``table[previous token]`` exactly: a 0-layer Llama with one-hot embeddings.
+
+    ``table`` is (V, V) float; RMSNorm of ``sqrt(V) * one_hot`` is ``sqrt(V) * one_hot``, scaled back by the final
+    norm, so ``logits(t) = table[t]``. For tests that need hand-computable log-probabilities.
+    """
+    import math
+
+    V = table.shape[0]
+    cfg = ModelConfig(
+        family="llama",
+        vocab_size=V,
+        d_model=V,
+        n_layers=0,
+        n_heads=1,
+        n_kv_heads=1,
+        head_dim=V,
+        d_ff=4,
+        max_positions=max_positions,
+        norm_eps=0.0,
+        activation="silu",
+        tie_embeddings=False,
+        qkv_bias=False,
+        out_bias=False,
+        mlp_bias=False,
+    )
+    params = {
+        "embed": np.eye(V, dtype=np.float32) * np.float32(math.sqrt(V)),
+        "layers": [],
+        "final_norm": {"scale": np.full(V, 1 / math.sqrt(V), np.float32)},
+        "lm_head": {"w": np.asarray(table, np.float32)},
+    }
+    return InferenceJob(cfg, params, tokenizer, **kwargs)

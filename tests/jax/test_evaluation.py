@@ -1,0 +1,621 @@
+"""The evaluation classes against hand-computed values, the known theseus bugs (each test shows the buggy variant
+giving the wrong answer), reward-function scorers, and bad input.
+
+Most tests run on a *bigram* model whose logits are a hand-written table (``conftest.bigram_job``), so every
+log-probability is ``log_softmax(TABLE[previous token])[token]`` and can be computed here with numpy.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from pytest_reward.decorator import reward_function
+from pytest_reward.jax import ByteTokenizer, InferenceJob
+from pytest_reward.jax.evaluation import (
+    EncodingEvaluation,
+    Evaluation,
+    EvaluationError,
+    EvaluationSample,
+    PerplexityComparisonEvaluation,
+    PerplexityEvaluation,
+    RolloutEvaluation,
+    reduce_scores,
+)
+from pytest_reward.models import EvaluateResult, Message, MetricResult
+
+from .conftest import bigram_job
+
+TOK = ByteTokenizer(("<|endoftext|>", "<|im_start|>", "<|im_end|>"))
+EOT, IM_END = 256, 258
+V = TOK.vocab_size  # 259
+
+
+def _table() -> np.ndarray:
+    t = np.zeros((V, V), np.float32)
+    o = ord
+    t[EOT, o("a")] = 3  # text start -> "a"
+    t[o("a"), o("b")] = 8  # comparisons: "a" -> "b" likely, "z" unlikely
+    t[o("b"), o("c")] = 1
+    t[o("z"), 0] = 12  # "z" -> NUL and "z" -> "c" likely: what the off-by-one scores instead
+    t[o("z"), o("c")] = 12
+    t[o("m"), o("n")] = 5  # mean vs sum: "n" alone vs "pq" (with "q" certain after "p")
+    t[o("m"), o("p")] = 4.5
+    t[o("p"), o("q")] = 15
+    t[o("\n"), o("B")] = 10  # chat: after "assistant\n" the model answers "B<|im_end|>\n" and goes on
+    t[o("B"), IM_END] = 10
+    t[IM_END, o("\n")] = 10
+    return t
+
+
+TABLE = _table()
+
+
+def logprob(prev: int, token: int) -> float:
+    row = TABLE[prev].astype(np.float64)
+    return float(row[token] - np.log(np.exp(row).sum()))
+
+
+def text_logprobs(text: str, start: int = EOT) -> list[float]:
+    ids = [start, *TOK.encode(text)]
+    return [logprob(a, b) for a, b in itertools.pairwise(ids)]
+
+
+@pytest.fixture(scope="module")
+def bigram() -> InferenceJob:
+    return bigram_job(TABLE, TOK, per_device_batch_size=8)
+
+
+# ---------------------------------------------------------------------------------------------- example classes
+class _Texts(PerplexityEvaluation):
+    name = "texts_ppl"
+
+    def __init__(self, texts):
+        self.texts = list(texts)
+
+    def __len__(self):
+        return len(self.texts)
+
+    def get(self, i):
+        return self.texts[i]
+
+
+class _Choices(PerplexityComparisonEvaluation):
+    name = "choices"
+
+    def __init__(self, items, selection="mean"):
+        self.items = list(items)
+        self.selection = selection
+
+    def __len__(self):
+        return len(self.items)
+
+    def get(self, i):
+        return self.items[i]
+
+
+class _Echo(EncodingEvaluation):
+    name = "echo"
+
+    def __init__(self, texts):
+        self.texts = list(texts)
+
+    def __len__(self):
+        return len(self.texts)
+
+    def get(self, i):
+        return self.texts[i]
+
+    def check(self, x, y_hat):
+        return x == y_hat
+
+
+class _Letters(RolloutEvaluation):
+    """Chat prompts; the expected answer is a letter."""
+
+    name = "letters"
+
+    def __init__(self, rows, new_tokens=8, **kw):
+        super().__init__(**kw)
+        self.rows = list(rows)
+        self.new_tokens = new_tokens
+
+    def __len__(self):
+        return len(self.rows)
+
+    def get(self, i):
+        return self.rows[i]
+
+    def max_new_tokens(self, inference):
+        return self.new_tokens
+
+    def clean(self, y_hat):
+        return y_hat.strip().upper()
+
+    def check(self, y, y_hat):
+        return y.strip().upper() == y_hat
+
+
+def chat(question: str) -> list[dict]:
+    return [{"role": "user", "content": question}]
+
+
+# ---------------------------------------------------------------------------------------------- reductions
+def test_reduce_scores():
+    assert reduce_scores([1.0, 2.0, 6.0], "mean") == pytest.approx(3.0)
+    assert reduce_scores([1.0, 2.0, 6.0], "sum") == pytest.approx(9.0)
+    np.testing.assert_array_equal(reduce_scores([1.0, 2.0], "none"), [1.0, 2.0])
+    assert reduce_scores([], "sum") == 0.0
+    with pytest.raises(ValueError, match="undefined"):
+        reduce_scores([], "mean")
+    for bad in ("max", "MEAN", None):
+        with pytest.raises(ValueError, match=r"reduce must be one of 'mean', 'sum', 'none'"):
+            reduce_scores([1.0], bad)
+
+
+# ---------------------------------------------------------------------------------------------- perplexity
+TEXTS = ["ab", "abc", "zcq"]
+
+
+def hand_ppl(text: str) -> tuple[float, float, int]:
+    lps = text_logprobs(text)
+    nll = -sum(lps)
+    return float(np.exp(nll / len(lps))), nll, len(lps)
+
+
+def test_perplexity_against_hand_computed_values(bigram):
+    ev = _Texts(TEXTS)
+    expected = [hand_ppl(t) for t in TEXTS]
+    samples = ev.evaluate_samples(bigram)
+    assert [s.index for s in samples] == [0, 1, 2]
+    for s, (ppl, nll, n), text in zip(samples, expected, TEXTS, strict=True):
+        assert s.input == text and s.output is None and s.target is None
+        assert s.score == pytest.approx(ppl, rel=1e-5)
+        assert s.metrics == {"nll": pytest.approx(nll, rel=1e-5), "tokens": float(n)}
+    ppls = [e[0] for e in expected]
+    assert ev(bigram) == pytest.approx(np.mean(ppls), rel=1e-5)  # mean of per-sample ppl
+    assert ev(bigram, reduce="sum") == pytest.approx(sum(ppls), rel=1e-5)
+    np.testing.assert_allclose(ev(bigram, reduce="none"), ppls, rtol=1e-5)
+    corpus = np.exp(sum(e[1] for e in expected) / sum(e[2] for e in expected))
+    assert _Texts.corpus_perplexity(samples) == pytest.approx(corpus, rel=1e-5)
+    assert bigram.perplexity(TEXTS) == pytest.approx(corpus, rel=1e-5)  # the job's corpus ppl agrees
+
+
+def theseus_perplexity_score(nll, count, reduce):
+    """theseus's PerplexityEvaluation._score: "mean" and "sum" both give the corpus ppl."""
+    nll, count = np.asarray(nll), np.asarray(count)
+    if reduce == "none":
+        return np.exp(nll / np.maximum(count, 1))
+    return float(np.exp(nll.sum() / max(count.sum(), 1)))
+
+
+def test_bug_perplexity_direction_and_aggregate_consistency(bigram):
+    """Regression (theseus §1.9 #4-5): ppl in one place and 1/ppl in another, and an aggregate that is not the
+    reduction of the per-sample values. Ours: ppl (lower is better) per sample and in aggregate, and the
+    aggregate is the mean of exactly the per-sample values."""
+    texts = ["abc", "xyw"]  # "abc" is what the bigram predicts; "xyw" is uniform noise to it
+    ev = _Texts(texts)
+    samples = ev.evaluate_samples(bigram)
+    per_sample = [s.score for s in samples]
+    assert per_sample[0] < per_sample[1]  # the predictable text has the lower perplexity
+    assert all(p >= 1.0 for p in per_sample)  # a perplexity, not 1/ppl
+    assert per_sample == pytest.approx([hand_ppl(t)[0] for t in texts], rel=1e-5)
+    mean = ev(bigram, reduce="mean")
+    assert mean >= 1.0 and mean == pytest.approx(np.mean(per_sample))
+    # the theseus variant's "mean" is not the mean of its own per-sample values ...
+    nll = [s.metrics["nll"] for s in samples]
+    count = [s.metrics["tokens"] for s in samples]
+    buggy_mean = theseus_perplexity_score(nll, count, "mean")
+    buggy_none = theseus_perplexity_score(nll, count, "none")
+    assert buggy_mean != pytest.approx(np.mean(buggy_none), rel=1e-3)
+    # ... and its docs' 1/ppl ("higher is better") ranks the predictable text worse
+    inverse = [1 / p for p in per_sample]
+    assert (
+        inverse[0] > inverse[1]
+    )  # 1/ppl: higher for "abc"; a "lower is better" gate on it would be inverted
+
+
+def test_bug_reduce_sum_sums(bigram):
+    """Regression (theseus §1.9 #5): reduce="sum" returned the "mean" value for perplexity."""
+    ev = _Texts(TEXTS)
+    per_sample = ev(bigram, reduce="none")
+    assert ev(bigram, reduce="sum") == pytest.approx(per_sample.sum())
+    assert ev(bigram, reduce="mean") == pytest.approx(per_sample.mean())
+    samples = ev.evaluate_samples(bigram)
+    nll = [s.metrics["nll"] for s in samples]
+    count = [s.metrics["tokens"] for s in samples]
+    assert theseus_perplexity_score(nll, count, "sum") == theseus_perplexity_score(nll, count, "mean")
+    assert theseus_perplexity_score(nll, count, "sum") != pytest.approx(per_sample.sum(), rel=1e-3)
+    # and for an evaluation whose scores are 0/1
+    comp = _Choices([("a", ["b", "z"], 0), ("a", ["b", "z"], 1), ("a", ["bc", "zc"], 0)])
+    assert comp(bigram, reduce="sum") == pytest.approx(2.0)
+    assert comp(bigram, reduce="mean") == pytest.approx(2 / 3)
+    with pytest.raises(ValueError, match="reduce must be one of"):
+        comp(bigram, reduce="max")
+
+
+# ---------------------------------------------------------------------------------------------- comparison
+def theseus_comparison_choice(job: InferenceJob, prefix: str, conts: list[str]) -> int:
+    """theseus's PerplexityComparisonEvaluation scoring, on our logits: targets ``roll(x, -1)`` with the last
+    target set to token 0, positions before ``prefix_len`` masked (so the first continuation token is never
+    scored), argmin of the mean NLL."""
+    prefix_len = len(TOK.encode(prefix))
+    losses = []
+    for cont in conts:
+        x = TOK.encode(prefix + cont)
+        [logits] = job.logits([x])
+        logp = logits - np.log(np.exp(logits.astype(np.float64)).sum(-1, keepdims=True))
+        y = np.roll(np.asarray(x), -1)
+        y[-1] = 0
+        scored = [t for t in range(len(x)) if t >= prefix_len]
+        losses.append(np.mean([-logp[t, y[t]] for t in scored]))
+    return int(np.argmin(losses))
+
+
+@pytest.mark.parametrize(
+    ("prefix", "conts"),
+    [("a", ["b", "z"]), ("a", ["bc", "zc"])],
+    ids=["single-token-choices", "multi-token-choices"],
+)
+def test_bug_comparison_scores_exactly_the_continuation_tokens(bigram, prefix, conts):
+    """Regression (theseus §1.9 #1): the off-by-one skipped the first continuation token and scored a bogus
+    "token 0 after the end". Here "b" is far likelier than "z" after "a"; after "z", token 0 and "c" are likely,
+    which is all the buggy variant looks at."""
+    assert theseus_comparison_choice(bigram, prefix, conts) == 1  # the buggy variant picks "z..."
+    [sample] = _Choices([(prefix, conts, 0)]).evaluate_samples(bigram)
+    assert sample.output == conts[0] and sample.target == conts[0]
+    assert sample.score == 1.0 and sample.metrics == {"correct": 1.0}
+    # hand-computed: log p(continuation | prefix), first token included
+    for cont in conts:
+        ids = TOK.encode(prefix + cont)
+        lp = sum(logprob(a, b) for a, b in itertools.pairwise(ids))
+        [ll] = bigram.loglikelihood([(prefix, cont)])
+        assert ll.logprob == pytest.approx(lp, rel=1e-5) and ll.num_tokens == len(cont)
+    assert sample.reason.startswith(f"chose 0 {conts[0]!r} of 2")
+
+
+def test_comparison_mean_vs_sum_selection(bigram):
+    """'n' (one likely token) against 'pq' (a less likely token, then a certain one): the sum prefers 'n', the
+    per-token mean prefers 'pq'."""
+    lp_n = logprob(ord("m"), ord("n"))
+    lp_pq = logprob(ord("m"), ord("p")) + logprob(ord("p"), ord("q"))
+    assert lp_n > lp_pq and lp_pq / 2 > lp_n  # the two rules disagree on this item
+    item = ("m", ["n", "pq"], 1)
+    [mean] = _Choices([item], selection="mean").evaluate_samples(bigram)
+    [total] = _Choices([item], selection="sum").evaluate_samples(bigram)
+    assert (mean.output, mean.score) == ("pq", 1.0)
+    assert (total.output, total.score) == ("n", 0.0)
+    # single-token choices: mean and sum agree
+    for selection in ("mean", "sum"):
+        [s] = _Choices([("a", ["z", "b"], 1)], selection=selection).evaluate_samples(bigram)
+        assert s.output == "b" and s.score == 1.0
+    with pytest.raises(EvaluationError, match="selection must be"):
+        _Choices([item], selection="max").evaluate_samples(bigram)
+
+
+def test_comparison_ties_go_to_the_first_choice(bigram):
+    [s] = _Choices([("x", ["y", "w"], 1)]).evaluate_samples(bigram)  # row "x" is uniform: a tie
+    assert s.output == "y" and s.score == 0.0
+
+
+# ---------------------------------------------------------------------------------------------- rollouts / clean
+def theseus_chat_clean(y_hat: str) -> str:
+    """theseus's chat-dataset clean: parse ChatML, take the assistant message; text without <|im_start|> falls
+    back to "the whole text is the assistant message"; then strip().upper()."""
+    if "<|im_start|>" in y_hat:
+        parts = [p for p in y_hat.split("<|im_start|>") if p.startswith("assistant")]
+        y_hat = parts[0].removeprefix("assistant").split("<|im_end|>")[0] if parts else ""
+    return y_hat.strip().upper()
+
+
+def test_bug_chat_clean_receives_generated_text_without_end_markers(bigram):
+    """Regression (theseus §1.9 #3): theseus hands clean() the generated-only text cut only at <|endoftext|>, so
+    "B<|im_end|>\\n..." fails the check. Ours cuts at the first end marker: clean() gets "B"."""
+    ev = _Letters([(chat("Which?"), "b")])
+    raw = bigram.rollout([chat("Which?")], max_new_tokens=8)[0]
+    assert raw.text.startswith("B<|im_end|>\n")  # the model does end its turn with <|im_end|>, then goes on
+    gen, _ = bigram.generate_tokens([TOK.encode(TOK.apply_chat_template(chat("Which?")))], 8)
+    theseus_text = TOK.decode([t for t in gen[0] if t != EOT])  # theseus: cut before <|endoftext|> only
+    assert ev.check("b", theseus_chat_clean(theseus_text)) is False  # "B<|IM_END|>..." != "B"
+
+    seen = []
+
+    class Spy(_Letters):
+        def clean(self, y_hat):
+            seen.append(y_hat)
+            return super().clean(y_hat)
+
+    [s] = Spy([(chat("Which?"), "b")]).evaluate_samples(bigram)
+    assert seen == ["B"]  # generated only: no prompt, no <|im_end|>
+    assert (s.output, s.score, s.metrics) == ("B", 1.0, {"correct": 1.0})
+    assert s.input == chat("Which?") and s.target == "b"
+    assert ev(bigram) == 1.0
+
+
+def test_plain_prompt_and_stop_strings(bigram):
+    class Plain(_Letters):
+        stop = ("\n",)
+
+    # plain prompt ending in "\n": the answer is again "B"; with no end markers the stop string would cut it
+    [s] = Plain([("Question?\n", "B")]).evaluate_samples(bigram)
+    assert s.output == "B" and s.score == 1.0
+
+    class NoMarkers(_Letters):
+        end_markers = ()
+
+    [s] = NoMarkers([("Q\n", "B")]).evaluate_samples(bigram)
+    assert s.output.startswith("B<|IM_END|>")  # without end markers, the raw text reaches clean()
+
+
+def test_rollouts_are_one_batched_job_call_and_share_compiled_programs(bigram):
+    rows = [(chat(f"question {k}"), "b") for k in range(12)]
+    _Letters(rows)(bigram)  # warm
+    before_compiles = bigram.stats.compiles
+    calls, scored = bigram.stats.rollout_calls, bigram.stats.score_calls
+    assert _Letters(rows)(bigram) == 1.0  # a new instance: no new compile, one job call for 12 prompts
+    assert bigram.stats.rollout_calls == calls + 1
+    _Texts(TEXTS * 5)(bigram)
+    _Choices([("a", ["b", "z"], 0)] * 9)(bigram)
+    assert bigram.stats.score_calls == scored + 2  # one scoring call per evaluation
+    assert bigram.stats.compiles <= before_compiles + 2  # at most the new scoring length buckets
+
+
+def test_samples_per_prompt_and_rollout_intermediates(bigram):
+    rows = [(chat("q1"), "b"), ("plain\n", "x")]
+    ev = _Letters(rows, new_tokens=6)
+    samples = ev.evaluate_samples(bigram, samples_per_prompt=3, temperature=1.0, seed=0)
+    assert [s.index for s in samples] == [0, 0, 0, 1, 1, 1]  # consecutive, theseus's ordering contract
+    assert [s.target for s in samples] == ["b"] * 3 + ["x"] * 3
+    value, inter = ev(bigram, return_intermediates=True)
+    assert value == pytest.approx(0.5)
+    assert len(inter) == 2
+    budget = bigram.block_size - 6
+    for (x, action, padding), (prompt, _) in zip(inter, rows, strict=True):
+        assert x.shape == action.shape == padding.shape == (bigram.block_size,)
+        assert x.dtype == np.int32 and action.dtype == bool and padding.dtype == bool
+        assert not action[:budget].any() and action[budget]  # the generation starts at the budget
+        prompt_ids = TOK.encode(prompt if isinstance(prompt, str) else TOK.apply_chat_template(prompt))
+        assert x[budget - len(prompt_ids) : budget].tolist() == prompt_ids
+        assert padding[budget - len(prompt_ids) :].sum() == len(prompt_ids) + action.sum()
+    # greedy: 6 new tokens, no stop token ("B<|im_end|>\nB<|im_end|>")
+    assert inter[0][1].sum() == 6
+
+
+# ---------------------------------------------------------------------------------------------- encoding evaluation
+def test_encoding_evaluation_against_hand_computed_predictions(bigram):
+    # argmax after start -> "a", after "a" -> "b", after "b" -> "c": "abc" is reproduced, "abd" is not
+    samples = _Echo(["abc", "abd"]).evaluate_samples(bigram)
+    assert [s.output for s in samples] == ["abc", "abc"]
+    assert [s.score for s in samples] == [1.0, 0.0]
+    assert samples[0].metrics == {"correct": 1.0, "token_accuracy": 1.0}
+    assert samples[1].metrics == {"correct": 0.0, "token_accuracy": pytest.approx(2 / 3)}
+    value, inter = _Echo(["abc", "abd"])(bigram, return_intermediates=True)
+    assert value == 0.5
+    x, action, padding = inter[0]
+    assert x.tolist() == [EOT, *TOK.encode("abc")] and action.tolist() == [False, True, True, True]
+    assert padding.all()
+
+
+# ---------------------------------------------------------------------------------------------- per-sample view
+@pytest.mark.parametrize("kind", ["rollout", "encoding", "perplexity", "comparison"])
+def test_evaluate_samples_and_call_agree(random_gpt, kind):
+    """``__call__`` is exactly a reduction of ``evaluate_samples``' scores, for every class (tiny random GPT)."""
+    if kind == "rollout":
+
+        class Ev(RolloutEvaluation):
+            name = "digits"
+
+            def __len__(self):
+                return 5
+
+            def get(self, i):
+                return f"count {i}:", str(i)
+
+            def max_new_tokens(self, inference):
+                return 5
+
+            def score(self, ys, y_hats):
+                return [float(sum(c.isalpha() for c in h)) for h in y_hats]
+
+        ev: Evaluation = Ev()
+    elif kind == "encoding":
+
+        class Ev2(_Echo):
+            def score(self, xs, y_hats):
+                return [
+                    float(sum(a == b for a, b in zip(x, y, strict=False)))
+                    for x, y in zip(xs, y_hats, strict=True)
+                ]
+
+        ev = Ev2(["hello world", "abc", "the cat sat"])
+    elif kind == "perplexity":
+        ev = _Texts(["hello world", "abc", "the cat sat on the mat"])
+    else:
+        ev = _Choices([("the ", ["cat", "dog", "x"], 0), ("", ["hi", "yo"], 1), ("a b", [" c", " d"], 0)])
+    samples = ev.evaluate_samples(random_gpt)
+    assert all(isinstance(s, EvaluationSample) for s in samples)
+    scores = [s.score for s in samples]
+    assert ev(random_gpt, reduce="mean") == pytest.approx(np.mean(scores))
+    assert ev(random_gpt, reduce="sum") == pytest.approx(np.sum(scores))
+    np.testing.assert_allclose(ev(random_gpt, reduce="none"), scores)
+    value, inter = ev(random_gpt, reduce="none", return_intermediates=True)
+    np.testing.assert_allclose(value, scores)
+    assert len(inter) == len(samples) and all(len(t) == 3 for t in inter)
+    with pytest.raises(AttributeError):
+        samples[0].score = 1.0  # frozen
+
+
+def test_perplexity_on_a_random_model_matches_numpy_over_its_logits(random_gpt):
+    """Hand computation from the job's raw logits (a separate compiled program)."""
+    texts = ["hello world", "abc"]
+    got = _Texts(texts).evaluate_samples(random_gpt)
+    for s, text in zip(got, texts, strict=True):
+        ids = [random_gpt.tokenizer.eot_token, *random_gpt.tokenizer.encode(text)]
+        [logits] = random_gpt.logits([ids[:-1]])
+        lg = logits.astype(np.float64)
+        lse = np.log(np.exp(lg - lg.max(-1, keepdims=True)).sum(-1)) + lg.max(-1)
+        nll = float(sum(lse[t] - lg[t, ids[t + 1]] for t in range(len(ids) - 1)))
+        assert s.metrics["nll"] == pytest.approx(nll, rel=1e-4)
+        assert s.score == pytest.approx(np.exp(nll / len(text)), rel=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------- reward functions
+@reward_function
+def says_b(messages: list[Message], ground_truth=None, **kwargs):
+    answer = messages[-1].content
+    return EvaluateResult(
+        score=float(answer.strip() == ground_truth),
+        reason=f"answer {answer!r}",
+        metrics={"exact": MetricResult(score=float(answer == ground_truth), reason="exact")},
+    )
+
+
+def test_reward_function_scores_rollouts(bigram):
+    rows = [(chat("q"), "B"), (chat("r"), "C"), ("plain\n", "B")]
+    samples = _Letters(rows, reward=says_b).evaluate_samples(bigram)
+    assert [s.score for s in samples] == [1.0, 0.0, 1.0]
+    assert samples[0].reason == "answer 'B'"  # the reward function saw the generated text, end marker cut
+    assert samples[0].metrics == {"exact": 1.0} and samples[0].error is None
+    assert _Letters(rows, reward=says_b)(bigram) == pytest.approx(2 / 3)
+
+
+def test_reward_function_as_class_attribute_async_and_batch(bigram):
+    class WithAttr(_Letters):
+        reward = says_b
+
+    assert WithAttr([(chat("q"), "B")])(bigram) == 1.0
+
+    @reward_function
+    async def async_reward(messages, ground_truth=None, **kwargs):
+        return {"score": 0.25}
+
+    assert _Letters([(chat("q"), "B")], reward=async_reward)(bigram) == 0.25
+
+    seen = {}
+
+    @reward_function(mode="batch")
+    def batch_reward(rollouts_messages, ground_truth=None, **kwargs):
+        seen["n"], seen["gt"] = len(rollouts_messages), ground_truth
+        return [EvaluateResult(score=float(m[-1]["content"] == "B")) for m in rollouts_messages]
+
+    assert _Letters([(chat("q"), "B"), (chat("r"), "B")], reward=batch_reward)(bigram) == 1.0
+    assert seen == {"n": 2, "gt": ["B", "B"]}
+
+    def foreign(messages, ground_truth=None, **kwargs):  # reward-kit marks functions with this attribute
+        return EvaluateResult(score=0.5)
+
+    foreign._reward_function_mode = "pointwise"
+    assert _Letters([(chat("q"), "B")], reward=foreign)(bigram) == 0.5
+
+
+def test_reward_function_errors_score_zero_and_are_recorded(bigram):
+    @reward_function
+    def fragile(messages, ground_truth=None, **kwargs):
+        if ground_truth == "boom":
+            raise RuntimeError("reward exploded")
+        if ground_truth == "nan":
+            return EvaluateResult(score=float("nan"))
+        if ground_truth == "bad":
+            return {"no_score": 1}
+        return EvaluateResult(score=1.0)
+
+    rows = [(chat("q"), "ok"), (chat("q"), "boom"), (chat("q"), "nan"), (chat("q"), "bad")]
+    samples = _Letters(rows, reward=fragile).evaluate_samples(bigram)
+    assert [s.score for s in samples] == [1.0, 0.0, 0.0, 0.0]
+    assert samples[0].error is None
+    assert samples[1].error == "RuntimeError: reward exploded"
+    assert "non-finite" in samples[2].error
+    assert "fragile" in samples[3].error and "validation" in samples[3].error
+    assert _Letters(rows, reward=fragile)(bigram) == 0.25
+
+    @reward_function(mode="batch")
+    def short_batch(rollouts_messages, **kwargs):
+        return [EvaluateResult(score=1.0)]
+
+    samples = _Letters(rows[:2], reward=short_batch).evaluate_samples(bigram)
+    assert [s.score for s in samples] == [0.0, 0.0] and "1 results for 2 rollouts" in samples[0].error
+
+
+def test_undecorated_reward_is_rejected(bigram):
+    with pytest.raises(TypeError, match="@reward_function"):
+        _Letters([(chat("q"), "B")], reward=lambda **kw: 1.0)(bigram)
+
+
+# ---------------------------------------------------------------------------------------------- bad input
+def test_empty_evaluation_is_a_clear_error(bigram):
+    for ev in (_Texts([]), _Choices([]), _Echo([]), _Letters([])):
+        with pytest.raises(EvaluationError, match=rf"evaluation '{ev.name}' has no samples"):
+            ev(bigram)
+        with pytest.raises(EvaluationError, match="nothing to evaluate"):
+            ev.evaluate_samples(bigram)
+
+
+def test_prompt_longer_than_the_context_names_the_sample(bigram):
+    rows = [("short\n", "B"), ("x" * 100, "B"), ("short\n", "B")]
+    with pytest.raises(
+        EvaluationError, match=r"evaluation 'letters', sample 1: the prompt has 100 tokens.*64"
+    ):
+        _Letters(rows)(bigram)
+
+    class Left(_Letters):
+        truncate = "left"
+
+    assert Left([("x" * 100 + "\n", "B")])(bigram) == 1.0  # keeps the prompt's end, where the cue is
+    with pytest.raises(EvaluationError, match="sample 2: the text has 80 tokens, more than block_size=64"):
+        _Echo(["abc", "abc", "a" * 80])(bigram)
+    with pytest.raises(EvaluationError, match="leave room for a prompt"):
+        _Letters(rows, new_tokens=64)(bigram)
+
+
+def test_tokenizer_mismatch_is_a_clear_error(bigram):
+    big = ByteTokenizer(("<|endoftext|>", *[f"<|extra_{k}|>" for k in range(50)]))  # 307 tokens > 259
+    with pytest.raises(EvaluationError, match=r"encoding has 307 tokens but the model only 259"):
+        _Texts(["abc"])(bigram, big)
+    # a job whose own tokenizer is larger than its model: the offending id is reported with its sample
+    small = bigram_job(np.zeros((258, 258), np.float32), big)
+    with pytest.raises(EvaluationError, match=r"sample 1: token id 301 is outside the model's vocabulary"):
+        _Texts(["abc", "a<|extra_44|>"])(small)
+    with pytest.raises(EvaluationError, match=r"sample 0: token id 261"):
+        _Letters([("<|extra_4|>", "B")])(small)
+
+
+def test_another_compatible_encoding_is_used(bigram):
+    plain = ByteTokenizer()  # 257 tokens, the same ids for ordinary text
+    assert _Texts(TEXTS)(bigram, plain) == pytest.approx(_Texts(TEXTS)(bigram))
+
+    class TheseusStyle:  # only what theseus's encodings have
+        eot_token = EOT
+
+        def encode(self, text, allowed_special="all"):
+            return list(text.encode())
+
+        def decode(self, tokens):
+            return bytes(t for t in tokens if t < 256).decode()
+
+    assert _Texts(TEXTS)(bigram, TheseusStyle()) == pytest.approx(_Texts(TEXTS)(bigram))
+    assert bigram.tokenizer is TOK  # the job was not modified
+
+
+def test_malformed_samples_name_the_index(bigram):
+    class Broken(_Letters):
+        def get(self, i):
+            if i == 1:
+                raise KeyError("missing")
+            return super().get(i)
+
+    with pytest.raises(EvaluationError, match=r"get\(1\) raised KeyError"):
+        Broken([("a", "b")] * 3)(bigram)
+    with pytest.raises(EvaluationError, match=r"get\(0\) must return \(prompt, expected\)"):
+        _Letters(["just a prompt"])(bigram)
+    with pytest.raises(EvaluationError, match=r"get\(0\) must return \(prefix, \[continuations...\]"):
+        _Choices([("a", ["b"], 3)])(bigram)
+    with pytest.raises(EvaluationError, match="sample 0: the text is empty"):
+        _Texts([""])(bigram)
+
+    class NoBudget(_Letters):
+        max_new_tokens = RolloutEvaluation.max_new_tokens
+
+    with pytest.raises(NotImplementedError, match="must override max_new_tokens"):
+        NoBudget([("a", "b")])(bigram)

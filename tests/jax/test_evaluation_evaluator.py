@@ -1,0 +1,274 @@
+"""Evaluator (results layout, ``done``, atomic writes, construction from a trainer or a checkpoint),
+``find_accumulation_steps``, and the shipped tiny-adder evaluated end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pytest_reward.decorator import reward_function
+from pytest_reward.jax import ByteTokenizer, InferenceJob
+from pytest_reward.jax.evaluation import (
+    Evaluation,
+    EvaluationError,
+    Evaluator,
+    PerplexityEvaluation,
+    RolloutEvaluation,
+)
+from pytest_reward.models import EvaluateResult
+
+TEXTS = ["hello world", "the cat sat on the mat", "abc"]
+
+
+class _Ppl(PerplexityEvaluation):
+    def __init__(self, texts=TEXTS, name="ppl"):
+        self.texts = list(texts)
+        self._name = name
+
+    @property
+    def name(self):
+        return self._name
+
+    def __len__(self):
+        return len(self.texts)
+
+    def get(self, i):
+        return self.texts[i]
+
+
+class _Sums(RolloutEvaluation):
+    """The tiny-adder's held-out sums: ``"12+345="`` -> ``"357"``."""
+
+    name = "sums"
+
+    def __init__(self, rows, **kwargs):
+        super().__init__(**kwargs)
+        self.rows = rows
+
+    def __len__(self):
+        return len(self.rows)
+
+    def get(self, i):
+        return self.rows[i]["prompt"], self.rows[i]["answer"]
+
+    def max_new_tokens(self, inference):
+        return 6
+
+    def check(self, y, y_hat):
+        return y == y_hat
+
+
+# ---------------------------------------------------------------------------------------------- find_accumulation_steps
+def theseus_find_accumulation_steps(dataset_size, max_batch_size, dp_replicate):
+    """theseus's version (no callers there): a per-replica size, steps over batch_size * dp_replicate."""
+    for batch_size in range(max_batch_size, 0, -1):
+        if dataset_size % (batch_size * dp_replicate) == 0:
+            return batch_size, dataset_size // (batch_size * dp_replicate)
+    return None, None
+
+
+def test_bug_find_accumulation_steps_keeps_its_docstring_promise():
+    """Regression (theseus §1.1): the batch size must be a multiple of dp_replicate that divides the dataset, and
+    batch_size * steps must cover the dataset exactly; theseus's dead code returned (25, 20) for (1000, 32, 2)."""
+    buggy = theseus_find_accumulation_steps(1000, 32, 2)
+    assert buggy == (25, 20) and (buggy[0] % 2 != 0 or buggy[0] * buggy[1] != 1000)
+    find = Evaluation.find_accumulation_steps
+    assert find(1000, 32, 2) == (20, 50)
+    assert find(1000, 32, 1) == (25, 40)
+    assert find(96, 32, 4) == (32, 3)
+    assert find(1021, 32, 1) == (1, 1021)
+    assert find(1021, 32, 2) == (None, None)
+    assert find(7, 8, 1) == (7, 1)
+    assert find(6, 3, 4) == (None, None)  # no multiple of 4 fits under 3
+    for bad in ((0, 8, 1), (8, 0, 1), (8, 8, 0), (8.0, 8, 1), (True, 8, 1)):
+        with pytest.raises(ValueError, match="must be a positive integer"):
+            find(*bad)
+
+
+@given(st.integers(1, 5000), st.integers(1, 300), st.integers(1, 16))
+def test_find_accumulation_steps_properties(dataset_size, max_batch_size, dp_replicate):
+    batch_size, steps = Evaluation.find_accumulation_steps(dataset_size, max_batch_size, dp_replicate)
+    fits = [b for b in range(dp_replicate, max_batch_size + 1, dp_replicate) if dataset_size % b == 0]
+    if batch_size is None:
+        assert steps is None and not fits
+    else:
+        assert batch_size <= max_batch_size and batch_size % dp_replicate == 0
+        assert batch_size * steps == dataset_size
+        assert batch_size == max(fits)  # the largest
+
+
+# ---------------------------------------------------------------------------------------------- Evaluator
+@pytest.fixture
+def evaluator(random_gpt, tmp_path) -> Evaluator:
+    return Evaluator(
+        random_gpt, [_Ppl(), _Ppl(TEXTS[:1], name="ppl_one")], results_dir=tmp_path / "results", name="run1"
+    )
+
+
+def test_run_writes_the_seed_layout(evaluator, tmp_path):
+    assert not evaluator.done
+    results = evaluator.run()  # the missing results directory is created
+    path = tmp_path / "results" / "general" / "default" / "run1" / "results.json"
+    assert evaluator.results_path == path and evaluator.done
+    data = json.loads(path.read_text())
+    assert data == {"job": "run1", "project": "general", "group": "default", "results": results}
+    assert list(results) == ["ppl", "ppl_one"]
+    assert results["ppl"] == pytest.approx(_Ppl()(evaluator.inference))
+    assert all(isinstance(v, float) and v > 1 for v in results.values())
+    assert [p.name for p in path.parent.iterdir()] == ["results.json"]  # no temporary files left behind
+
+
+def test_call_runs_once_then_reads_the_saved_results(evaluator, monkeypatch):
+    first = evaluator()
+    calls = []
+    monkeypatch.setattr(Evaluator, "run", lambda self: calls.append(1))
+    assert evaluator() == first and calls == []  # done: not run again
+
+
+def test_results_are_written_atomically(evaluator, monkeypatch):
+    import pytest_reward.atomic as atomic
+
+    evaluator.run()
+    before = evaluator.results_path.read_bytes()
+
+    def broken_replace(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(atomic.os, "replace", broken_replace)
+    with pytest.raises(OSError, match=r"cannot write evaluation results to .*results\.json: .*No space left"):
+        evaluator.run()
+    monkeypatch.undo()
+    assert evaluator.results_path.read_bytes() == before  # the old file is intact
+    assert sorted(p.name for p in evaluator.results_path.parent.iterdir()) == ["results.json"]
+
+
+def test_a_failing_evaluation_writes_nothing(random_gpt, tmp_path):
+    class _Boom(_Ppl):
+        def get(self, i):
+            raise RuntimeError("dataset went away")
+
+    ev = Evaluator(random_gpt, [_Ppl(), _Boom(name="boom")], results_dir=tmp_path)
+    with pytest.raises(EvaluationError, match=r"evaluation 'boom': get\(0\) raised RuntimeError"):
+        ev.run()
+    assert not ev.done and not (tmp_path / "general").exists()
+
+
+def test_unwritable_results_directory_is_a_clear_error(random_gpt, tmp_path):
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a file where the results directory should be")
+    ev = Evaluator(random_gpt, [_Ppl()], results_dir=blocker, project="p", group="g", name="n")
+    with pytest.raises(
+        OSError, match=r"cannot write evaluation results to .*not-a-directory/p/g/n/results\.json"
+    ):
+        ev.run()
+    assert not ev.done
+
+
+def test_evaluate_reductions_and_intermediates(evaluator):
+    means = evaluator.evaluate()
+    sums = evaluator.evaluate(reduce="sum")
+    per_sample = evaluator.evaluate(reduce="none")
+    for name in ("ppl", "ppl_one"):
+        assert means[name] == pytest.approx(per_sample[name].mean())
+        assert sums[name] == pytest.approx(per_sample[name].sum())
+    results, inters = evaluator.evaluate(return_intermediates=True, temperature=0.7)  # unused kwargs ignored
+    assert results == pytest.approx(means)
+    assert [len(i) for i in inters] == [3, 1]
+    with pytest.raises(ValueError, match="reduce must be one of"):
+        evaluator.evaluate(reduce="avg")
+
+
+def test_evaluator_arguments_are_checked(random_gpt):
+    with pytest.raises(ValueError, match="evaluation names must be distinct; repeated: ppl"):
+        Evaluator(random_gpt, [_Ppl(), _Ppl()])
+    with pytest.raises(EvaluationError, match="no evaluations"):
+        Evaluator(random_gpt, []).evaluate()
+
+
+def test_an_evaluation_accepts_the_evaluator_as_its_inference(evaluator):
+    assert _Ppl()(evaluator) == pytest.approx(_Ppl()(evaluator.inference))
+
+
+# ---------------------------------------------------------------------------------------------- construction
+def test_from_trainer_accepts_a_job_or_an_evaluator(random_gpt, tmp_path):
+    config = {"results_dir": tmp_path, "project": "p", "group": "g", "name": "n", "evaluations": [_Ppl()]}
+    ev = Evaluator.from_trainer(random_gpt, config=config)
+    assert ev.inference is random_gpt and ev.results_path == tmp_path / "p" / "g" / "n" / "results.json"
+    assert [e.name for e in ev.evaluations] == ["ppl"]
+    again = Evaluator.from_trainer(ev, [_Ppl(name="other")], config=SimpleNamespace(name="m"))
+    assert again.inference is random_gpt and again.name == "m" and again.results_dir == Path("results")
+    with pytest.raises(TypeError, match=r"needs an InferenceJob.*got str"):
+        Evaluator.from_trainer("not a trainer")
+
+
+def test_from_trainer_follows_the_trainers_params(random_gpt):
+    """A training loop that replaces its params is evaluated on the new ones (theseus's docstring promised it,
+    but its TrainState is reassigned, not mutated)."""
+    params = random_gpt.params
+    trainer = SimpleNamespace(
+        config=random_gpt.config, params=params, tokenizer=ByteTokenizer(), per_device_batch_size=8
+    )
+    ev = Evaluator.from_trainer(trainer, [_Ppl()])
+    assert ev.inference is not random_gpt
+    assert ev.evaluate()["ppl"] == pytest.approx(_Ppl()(random_gpt), rel=1e-5)
+    import jax
+
+    trainer.params = jax.tree_util.tree_map(np.zeros_like, params)  # zero weights: uniform over 257 tokens
+    assert ev.evaluate()["ppl"] == pytest.approx(257.0, rel=1e-5)
+    with pytest.raises(ValueError, match="do not have the model's tree and shapes"):
+        ev.update_params({"embed": np.zeros((3, 3))})
+    state_trainer = SimpleNamespace(model_config=random_gpt.config, state=SimpleNamespace(params=params))
+    assert Evaluator.from_trainer(state_trainer, [_Ppl()]).evaluate()["ppl"] == pytest.approx(
+        _Ppl()(random_gpt), rel=1e-5
+    )
+
+
+def test_from_checkpoint(random_gpt, tmp_path):
+    directory = random_gpt.save(tmp_path / "model")
+    ev = Evaluator.from_checkpoint(directory, [_Ppl()], results_dir=tmp_path / "out", per_device_batch_size=8)
+    assert ev.name == "model" and ev.inference.config == random_gpt.config
+    assert ev.run()["ppl"] == pytest.approx(_Ppl()(random_gpt), rel=1e-5)
+    assert (tmp_path / "out" / "general" / "default" / "model" / "results.json").exists()
+
+
+# ---------------------------------------------------------------------------------------------- tiny-adder end to end
+@pytest.fixture(scope="module")
+def heldout(adder_dir) -> list[dict]:
+    lines = (adder_dir / "heldout.jsonl").read_text().splitlines()[:200]
+    return [json.loads(line) for line in lines]
+
+
+def test_tiny_adder_accuracy_on_heldout(adder: InferenceJob, heldout, tmp_path):
+    calls = adder.stats.rollout_calls
+    ev = Evaluator(adder, [_Sums(heldout)], results_dir=tmp_path, name="tiny-adder")
+    accuracy = ev.run()["sums"]
+    assert accuracy >= 0.9
+    assert adder.stats.rollout_calls == calls + 1  # 200 prompts, one batched rollout call
+    samples = _Sums(heldout).evaluate_samples(adder)
+    assert np.mean([s.score for s in samples]) == pytest.approx(accuracy)
+    right = next(s for s in samples if s.score == 1.0)
+    assert right.output == right.target == heldout[right.index]["answer"]
+    assert right.input == heldout[right.index]["prompt"] and right.metrics == {"correct": 1.0}
+
+
+def test_tiny_adder_scored_by_a_reward_function(adder, heldout):
+    @reward_function
+    def close_enough(messages, ground_truth=None, **kwargs):
+        """1 for the exact sum, partial credit by relative error, an error for a non-number."""
+        got = int(messages[-1]["content"])  # raises ValueError on garbage
+        want = int(ground_truth)
+        return EvaluateResult(score=max(0.0, 1.0 - abs(got - want) / max(want, 1)), reason=f"{got} vs {want}")
+
+    samples = _Sums(heldout[:64], reward=close_enough).evaluate_samples(adder)
+    exact = _Sums(heldout[:64]).evaluate_samples(adder)
+    assert np.mean([s.score for s in samples]) > np.mean([s.score for s in exact]) >= 0.8  # partial credit
+    for s, e in zip(samples, exact, strict=True):
+        assert s.error is None and s.reason.endswith(f"vs {e.target}")
+        if e.score == 1.0:
+            assert s.score == 1.0

@@ -311,7 +311,8 @@ class FileItem(_RewardItem):
                         SampleError(
                             record.path,
                             record.line,
-                            "prompt-only sample: it has no response to score; pass --reward-model to roll it out",
+                            "prompt-only sample: file granularity does not roll out; score it with "
+                            "--reward-granularity sample and --reward-model",
                         )
                     )
                     continue
@@ -538,15 +539,265 @@ class SamplesFile(pytest.File):
                 else None
             )
             for sample in samples:
+                name = f"{fn.name}[{sample.label}]"
+                if sample.prompt_only:
+                    yield RolloutSampleItem.from_parent(
+                        self,
+                        name=name,
+                        callobj=_needs_model,
+                        fn=fn,
+                        invoker=invoker,
+                        sample=sample,
+                        group=groups[fn.name],
+                    )
+                    continue
                 yield SampleItem.from_parent(
-                    self,
-                    name=f"{fn.name}[{sample.label}]",
-                    fn=fn,
-                    invoker=invoker,
-                    sample=sample,
-                    group=groups[fn.name],
-                    batch=batch,
+                    self, name=name, fn=fn, invoker=invoker, sample=sample, group=groups[fn.name], batch=batch
                 )
+        prompt_only = [s for s in samples if s.prompt_only]
+        if prompt_only:
+            rs.rollouts.register(label, prompt_only)
+
+
+# --- items that need the session's model ------------------------------------------------------------------
+
+
+def _needs_model(inference_job: Any) -> None:
+    """Stand-in test function of model-backed items: it makes pytest resolve the ``inference_job`` fixture."""
+
+
+def _set_string_node_id(item: pytest.Item, nodeid: str) -> None:
+    """pytest >= 9.2 builds a ``Function``'s structured id from ``name`` without splitting off ``[...]``; give it
+    the id pytest parses back from ``--lf`` caches and ``--deselect`` (as ``_RewardItem.from_parent`` does)."""
+    try:
+        from _pytest.nodeid import coerce_node_id
+    except ImportError:  # pytest < 9.2: node ids are plain strings
+        return
+    item._id = coerce_node_id(nodeid)  # type: ignore[attr-defined]
+
+
+class _ModelItem(pytest.Function):
+    """A ``pytest.Function`` (so that it can use fixtures) reporting like our other items."""
+
+    lineno: int = 0
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, self.lineno, f"{self.name} ({self.path.name}:{self.lineno + 1})"
+
+    def set_reward_data(self, data: dict[str, Any]) -> None:
+        self.stash[REWARD_DATA] = data
+
+    def repr_failure(self, excinfo: ExceptionInfo[BaseException], style: Any = None) -> str | TerminalRepr:  # type: ignore[override]
+        if isinstance(excinfo.value, RewardFailure):
+            return RewardRepr(
+                excinfo.value.headline, excinfo.value.details, None, (str(self.path), self.lineno)
+            )
+        if isinstance(excinfo.value, pytest.fail.Exception) and not excinfo.value.pytrace:
+            return str(excinfo.value)
+        inner = excinfo.getrepr(style="long", tbfilter=_user_frames, truncate_locals=True)  # type: ignore[arg-type]
+        return RewardRepr(
+            f"{self.name}: {describe_exception(excinfo.value)}".splitlines()[0],
+            [],
+            inner,
+            (str(self.path), self.lineno),
+        )
+
+
+class RolloutSampleItem(_ModelItem):
+    """A prompt-only sample: rolled out by the session's model (``n`` responses), each response scored."""
+
+    def __init__(
+        self, *, fn: RewardFn, invoker: Invoker, sample: Sample, group: dict[str, Any], **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        _set_string_node_id(self, f"{self.parent.nodeid}::{self.name}")  # type: ignore[union-attr]
+        self.fn = fn
+        self.invoker = invoker
+        self.sample = sample
+        self.group = group
+        self.lineno = sample.line - 1
+        _apply_marks(self, fn)
+
+    def runtest(self) -> None:
+        __tracebackhide__ = True
+        from dataclasses import replace
+
+        from .results import judge
+        from .rollouts import pass_at_k
+        from .scoring import merge_runs
+
+        rs = self.config.stash[session_key]
+        job = self.funcargs["inference_job"]
+        settings = rs.rollout_settings(self.fn.gates.rollout_map)
+        sample = self.sample
+        start = time.perf_counter()
+        try:
+            responses = rs.rollouts.responses(job, self.invoker.file_label, sample, settings)
+        except (ValueError, RuntimeError) as exc:  # e.g. a prompt longer than the model's context
+            outcome = self.invoker.outcome(sample, None, error=f"rollout failed: {exc}")
+            self._record(outcome)
+            raise RewardFailure(
+                outcome.failures[0], describe_outcome(outcome, self.fn, self.config.get_verbosity())
+            ) from None
+        conversation = list(sample.messages or [{"role": "user", "content": sample.prompt or ""}])
+        results, scored = [], []
+        for text in responses:
+            scored_sample = replace(
+                sample, messages=[*conversation, {"role": "assistant", "content": text}], prompt=None
+            )
+            try:
+                result, _ = self.invoker.call(scored_sample)
+            except InvalidResult as exc:
+                outcome = self.invoker.outcome(scored_sample, None, error=str(exc).splitlines()[0])
+                self._record(outcome, responses)
+                raise RewardFailure(
+                    outcome.failures[0], describe_outcome(outcome, self.fn, self.config.get_verbosity())
+                ) from None
+            results.append(result)
+            scored.append(scored_sample)
+        merged = merge_runs(results) if len(results) > 1 else results[0]
+        runs = [float(r.score) for r in results] if len(results) > 1 else None
+        outcome = self.invoker.outcome(scored[0], merged, runs=runs, duration=time.perf_counter() - start)
+        passes = sum(1 for r in results if judge(r, self.fn.gates, None)[0] == "pass")
+        n = len(results)
+        outcome.extra.update(
+            {
+                "responses": list(responses),
+                "pass@1": pass_at_k(n, passes, 1),
+                f"pass@{n}": pass_at_k(n, passes, n),
+                "best_of_n": max(float(r.score) for r in results),
+                "n": n,
+            }
+        )
+        self._record(outcome, responses)
+        if outcome.verdict == FAIL:
+            raise RewardFailure(
+                outcome.failures[0], describe_outcome(outcome, self.fn, self.config.get_verbosity())
+            )
+
+    def _record(self, outcome: SampleOutcome, responses: Sequence[str] = ()) -> None:
+        if outcome.score is not None:
+            self.user_properties.append(("reward.score", outcome.score))
+        self.user_properties.append(("reward.verdict", outcome.verdict))
+        self.set_reward_data(
+            {"groups": [self.group], "outcomes": [outcome.to_dict()], "verdict": outcome.verdict}
+        )
+
+
+class EvaluationItem(_ModelItem):
+    """An ``Evaluation`` subclass (``pytest_reward.jax.evaluation``) run on the session's model: one outcome per
+    evaluation sample, gated by the class's ``@pytest.mark.reward(...)`` like a reward function."""
+
+    def __init__(self, *, evaluation: type, file_label: str, gates: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.evaluation = evaluation
+        self.file_label = file_label
+        self.gates = gates
+        try:
+            import inspect as _inspect
+
+            self.lineno = _inspect.getsourcelines(evaluation)[1] - 1
+        except (OSError, TypeError):
+            self.lineno = 0
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, self.lineno, self.name
+
+    def runtest(self) -> None:
+        __tracebackhide__ = True
+        from .results import judge
+
+        rs = self.config.stash[session_key]
+        job = self.funcargs["inference_job"]
+        instance = self.evaluation()
+        name = getattr(instance, "name", None) or self.evaluation.__name__
+        label = f"evaluating {name} ({len(instance)} samples)"
+        with rs.progress(label, len(instance)):
+            samples = instance.evaluate_samples(job)
+        if not samples:
+            raise RewardFailure(f"{name}: the evaluation produced no samples", [])
+        outcomes = []
+        for s in samples:
+            result = None
+            if s.error is None:
+                from .models import EvaluateResult, MetricResult
+
+                metrics = {
+                    k: MetricResult(score=min(1.0, max(0.0, float(v))), reason=k)
+                    for k, v in (s.metrics or {}).items()
+                    if isinstance(v, (int, float)) and 0.0 <= float(v) <= 1.0
+                }
+                result = EvaluateResult(score=float(s.score), reason=s.reason, metrics=metrics)
+            verdict, score, metric_scores, failures, below = judge(result, self.gates, None, error=s.error)
+            outcomes.append(
+                SampleOutcome(
+                    function=name,
+                    file=self.file_label,
+                    line=int(s.index) + 1,
+                    sample_id=f"{name}[{s.index}]",
+                    key=f"eval:{s.index}",
+                    verdict=verdict,
+                    score=score,
+                    reason=s.reason,
+                    metrics=metric_scores,
+                    error=s.error,
+                    failures=failures,
+                    below=below,
+                    user=_excerpt(s.input),
+                    response=_excerpt(s.output),
+                    extra={"target": _excerpt(s.target)} if s.target is not None else {},
+                )
+            )
+        group = {"function": name, "file": self.file_label, "total": len(outcomes)}
+        self.set_reward_data(
+            {
+                "groups": [group],
+                "outcomes": [o.to_dict() for o in outcomes],
+                "gates": self.gates.to_dict(),
+                "verdict": FAIL if any(o.verdict == FAIL for o in outcomes) else "pass",
+            }
+        )
+        failing = [o for o in outcomes if o.verdict == FAIL]
+        if failing:
+            lines = [f"  [{o.line - 1}] {o.failures[0] if o.failures else o.error}" for o in failing[:20]]
+            if len(failing) > 20:
+                lines.append(f"  … and {len(failing) - 20} more")
+            raise RewardFailure(f"{len(failing)} of {len(outcomes)} samples failed ({name})", lines)
+
+
+def evaluation_item(collector: pytest.Collector, name: str, cls: type) -> EvaluationItem:
+    """The item of an ``Evaluation`` subclass found in a test module; its ``reward`` marks are its gates."""
+    from .discovery import _marks_of
+    from .thresholds import GateError, validate_marker
+
+    rs = collector.config.stash[session_key]
+    gates = rs.settings.defaults
+    where = f"@pytest.mark.reward on {rs.rel(collector.path)}::{name}"
+    for mark in _marks_of(getattr(collector, "obj", None)) + _marks_of(cls):
+        if mark.name == "reward":
+            try:
+                gates = gates.merged(validate_marker(tuple(mark.args), dict(mark.kwargs), where), "marker")
+            except GateError as exc:
+                raise collector.CollectError(str(exc)) from None
+    return EvaluationItem.from_parent(
+        collector,
+        name=name,
+        callobj=_needs_model,
+        evaluation=cls,
+        file_label=rs.rel(collector.path),
+        gates=gates,
+    )
+
+
+def _excerpt(value: Any, limit: int = 500) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        try:
+            value = json.dumps(value, ensure_ascii=False)
+        except (TypeError, ValueError):
+            value = repr(value)
+    return value if len(value) <= limit else value[:limit] + "…"
 
 
 def below_status(report: pytest.TestReport) -> tuple[str, str, str] | None:

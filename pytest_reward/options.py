@@ -253,6 +253,74 @@ OPTIONS: tuple[Option, ...] = (
         metavar="LEVEL",
     ),
     Option(
+        "--reward-model",
+        "reward_model",
+        "str",
+        None,
+        "Model for prompt-only samples and Evaluation items: a "
+        "Hugging Face directory (config.json + safetensors) or a shipped example model by name (tiny-adder).",
+        metavar="PATH_OR_NAME",
+    ),
+    Option(
+        "--reward-tokenizer",
+        "reward_tokenizer",
+        "str",
+        None,
+        "Tokenizer directory (tokenizer.json) when it is not the model's own.",
+        metavar="PATH",
+    ),
+    Option(
+        "--reward-max-batch",
+        "reward_max_batch",
+        "int",
+        32,
+        "Rows per device per batch of the inference job; "
+        "also how many prompt-only samples are rolled out per call.",
+        metavar="N",
+    ),
+    Option(
+        "--reward-rollout-n",
+        "reward_rollout_n",
+        "int",
+        1,
+        "Responses generated per prompt-only sample.",
+        metavar="N",
+    ),
+    Option(
+        "--reward-rollout-temperature",
+        "reward_rollout_temperature",
+        "float",
+        0.0,
+        "Sampling temperature of rollouts (0: greedy).",
+        metavar="T",
+    ),
+    Option(
+        "--reward-rollout-top-p",
+        "reward_rollout_top_p",
+        "float",
+        1.0,
+        "Nucleus sampling threshold of rollouts.",
+        metavar="P",
+    ),
+    Option(
+        "--reward-rollout-max-new-tokens",
+        "reward_rollout_max_new_tokens",
+        "int",
+        None,
+        "Longest rollout, in new tokens (default: 64, or half the model's context when that is shorter).",
+        metavar="N",
+    ),
+    Option(
+        "--reward-rollout-seed", "reward_rollout_seed", "int", 0, "Seed of sampled rollouts.", metavar="N"
+    ),
+    Option(
+        None,
+        "reward_jax_cache_dir",
+        "str",
+        ".reward/jax-cache",
+        "Persistent XLA compilation cache, relative to the rootdir (empty: off).",
+    ),
+    Option(
         "--reward-deploy",
         "reward_deploy_target",
         "str",
@@ -324,6 +392,15 @@ class Settings:
     compare_fail: tuple[str, ...] = ()
     compare_strict: bool = False
     compare_confidence: float = 0.99
+    model: str | None = None
+    tokenizer: Path | None = None
+    max_batch: int = 32
+    rollout_n: int = 1
+    rollout_temperature: float = 0.0
+    rollout_top_p: float = 1.0
+    rollout_max_new_tokens: int | None = None
+    rollout_seed: int = 0
+    jax_cache_dir: Path | None = None
     deploy: bool = False
     deploy_target: str | None = None
     deploy_dry_run: bool = False
@@ -492,6 +569,19 @@ def resolve(config: pytest.Config) -> Settings:
         compare_fail=tuple(values["reward_compare_fail"][0]),
         compare_strict=bool(values["reward_compare_strict"][0]),
         compare_confidence=_confidence(*values["reward_compare_confidence"]),
+        model=values["reward_model"][0],
+        tokenizer=_path(values["reward_tokenizer"][0], config.invocation_params.dir),
+        max_batch=_positive("--reward-max-batch", *values["reward_max_batch"]),
+        rollout_n=_positive("--reward-rollout-n", *values["reward_rollout_n"]),
+        rollout_temperature=_at_least("--reward-rollout-temperature", *values["reward_rollout_temperature"]),
+        rollout_top_p=_top_p(*values["reward_rollout_top_p"]),
+        rollout_max_new_tokens=(
+            None
+            if values["reward_rollout_max_new_tokens"][0] is None
+            else _positive("--reward-rollout-max-new-tokens", *values["reward_rollout_max_new_tokens"])
+        ),
+        rollout_seed=values["reward_rollout_seed"][0],
+        jax_cache_dir=_path(values["reward_jax_cache_dir"][0], config.rootpath),
         deploy=config.getoption("reward_deploy", None) is not None,
         deploy_target=config.getoption("reward_deploy", None)
         or config.getini("reward_deploy_target")
@@ -501,6 +591,18 @@ def resolve(config: pytest.Config) -> Settings:
         bundle_name=values["reward_bundle_name"][0],
         bundle_include=tuple(values["reward_bundle_include"][0]),
     )
+
+
+def _at_least(name: str, value: float, source: str, minimum: float = 0.0) -> float:
+    if value < minimum:
+        raise pytest.UsageError(f"{source}: {name} must be ≥ {minimum:g}, got {value:g}")
+    return value
+
+
+def _top_p(value: float, source: str) -> float:
+    if not 0.0 < value <= 1.0:
+        raise pytest.UsageError(f"{source}: top_p must be in (0, 1], got {value:g}")
+    return value
 
 
 def _confidence(value: float, source: str) -> float:

@@ -3,12 +3,14 @@ jax unless reward testing is actually in use."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from . import options
+from .fixtures import inference_job  # noqa: F401  (a fixture: pytest finds it on the plugin module)
 from .session import REWARD_DATA, RewardSession, session_key
 
 MARKER_DOC = (
@@ -55,7 +57,12 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(rs), "pytest-reward-xdist")
     rs.setup_parts_dir()
-    if not rs.is_worker:
+    if rs.is_worker:
+        # One model per worker: JAX must not grab most of an accelerator's memory in each of them.
+        import os
+
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    else:
         # Bad baselines and compare rules are usage errors, before anything runs.
         if settings.compare_fail or settings.compare:
             from .baseline import parse_rules
@@ -103,6 +110,35 @@ def pytest_collection(session: pytest.Session) -> None:
             session.config.args.append(str(path))
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    """Without a model, items that need one are a usage error up front (not N fixture errors)."""
+    rs = _state(config)
+    if rs is None or rs.settings.model or not items:
+        return
+    from .session import MODEL_MISSING
+
+    for item in items:
+        if "inference_job" in getattr(item, "fixturenames", ()) and not _overrides_inference_job(item):
+            raise pytest.UsageError(f"{item.nodeid}: {MODEL_MISSING}")
+
+
+def _overrides_inference_job(item: pytest.Item) -> bool:
+    """A conftest or test module defines its own ``inference_job`` fixture for this item."""
+    module = getattr(item, "module", None)
+    if module is not None and hasattr(module, "inference_job"):
+        return True
+    from .fixtures import inference_job as ours
+
+    for plugin in item.config.pluginmanager.get_plugins():
+        fixture = getattr(plugin, "inference_job", None)
+        if fixture is not None and fixture is not ours:
+            return True
+    return False
+
+
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
     if file_path.suffix != ".jsonl":
         return None
@@ -122,10 +158,30 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 
 
 def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object) -> list[Any] | None:
-    """Reward functions are scored on samples; pytest must not collect them as plain tests."""
+    """Reward functions are scored on samples; pytest must not collect them as plain tests. ``Evaluation``
+    subclasses defined in a collected module become evaluation items."""
+    if isinstance(obj, type):
+        evaluation = sys.modules.get("pytest_reward.jax.evaluation")
+        if evaluation is not None and _is_evaluation_class(obj, evaluation, collector):
+            from .items import evaluation_item
+
+            return [evaluation_item(collector, name, obj)]
+        return None
     if callable(obj) and (hasattr(obj, "__reward_spec__") or hasattr(obj, "_reward_function_mode")):
         return []
     return None
+
+
+def _is_evaluation_class(obj: type, evaluation: Any, collector: pytest.Collector) -> bool:
+    import inspect
+
+    module = getattr(collector, "obj", None)
+    return (
+        issubclass(obj, evaluation.Evaluation)
+        and not inspect.isabstract(obj)
+        and not obj.__name__.startswith("_")
+        and obj.__module__ == getattr(module, "__name__", None)
+    )
 
 
 @pytest.hookimpl(wrapper=True)

@@ -90,6 +90,12 @@ class SampleOutcome:
         if "runs" in self.extra:
             row["runs"] = self.extra["runs"]
             row["spread"] = self.extra.get("spread")
+        for key in ("responses", "target"):
+            if key in self.extra:
+                row[key] = self.extra[key]
+        for key, value in self.extra.items():
+            if key.startswith("pass@") or key == "best_of_n":
+                row[key] = value
         return row
 
 
@@ -229,6 +235,8 @@ class Summary:
     expected: int | None = None
     histogram: dict[str, Any] | None = None
     n_flaky: int = 0
+    rollout: dict[str, float] | None = None
+    """Prompt-only samples: responses per prompt and the mean pass@1, pass@n and best-of-n over samples."""
 
     @property
     def complete(self) -> bool:
@@ -255,6 +263,8 @@ class GroupAccumulator:
         self.gates = gates
         self.flaky_spread = flaky_spread
         self.n_flaky = 0
+        self.rollout_sums: dict[str, float] = {}
+        self.rollout_counts: dict[int, int] = {}
         self.flaky: list[SampleOutcome] = []
         """Samples whose per-run spread (``--reward-runs``) exceeds ``flaky_spread`` (the first 100)."""
         self.scores = array("d")
@@ -270,6 +280,11 @@ class GroupAccumulator:
 
     def add(self, outcome: SampleOutcome) -> None:
         self.n += 1
+        if "pass@1" in outcome.extra:
+            n = outcome.extra["n"]
+            for key in ("pass@1", f"pass@{n}", "best_of_n"):
+                self.rollout_sums[key] = self.rollout_sums.get(key, 0.0) + float(outcome.extra[key])
+            self.rollout_counts[n] = self.rollout_counts.get(n, 0) + 1
         if self.flaky_spread is not None and outcome.extra.get("spread", 0.0) > self.flaky_spread:
             self.n_flaky += 1
             if len(self.flaky) < self.FLAKY_KEEP:
@@ -378,7 +393,16 @@ class GroupAccumulator:
             else None,
             metrics=metrics,
             histogram=histogram(valid, self.n_errors),
+            rollout=self._rollout_summary(),
         )
+
+    def _rollout_summary(self) -> dict[str, float] | None:
+        if not self.rollout_counts:
+            return None
+        total = sum(self.rollout_counts.values())
+        out: dict[str, float] = {"n": float(max(self.rollout_counts, key=self.rollout_counts.__getitem__))}
+        out.update({key: value / total for key, value in sorted(self.rollout_sums.items())})
+        return out
 
 
 def histogram(valid: Any, errors: int = 0, bins: int = 10) -> dict[str, Any]:

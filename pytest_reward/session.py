@@ -147,6 +147,9 @@ class RewardSession:
         self._meta: dict[str, Any] | None = None
         self._record: dict[str, Any] | None = None
         self.targets: Any = None
+        self._job: Any = None
+        self._reported_gates: dict[str, Gates] = {}
+        self._rollouts: Any = None
         self.deploy_outcome: Any = None
 
     # -- discovery ---------------------------------------------------------------------------------------
@@ -268,7 +271,9 @@ class RewardSession:
         from .thresholds import Gates
 
         fn = self._function(name)
-        return fn.gates if fn else Gates()
+        if fn is not None:
+            return fn.gates
+        return self._reported_gates.get(name, Gates())
 
     def _function(self, name: str) -> RewardFn | None:
         if self.registry is None:
@@ -286,16 +291,25 @@ class RewardSession:
         for group in data.get("groups", []):
             key = (group["function"], group["file"])
             self._expected[key] = max(self._expected.get(key, 0), int(group.get("total", 0)))
+        if data.get("gates") is not None and data.get("groups"):
+            # Items that are not reward functions (evaluations) carry their gates: the xdist controller has
+            # not collected them.
+            from .thresholds import Gates, validate_marker
+
+            name = data["groups"][0]["function"]
+            if name not in self._reported_gates:
+                self._reported_gates[name] = Gates().merged(
+                    validate_marker((), data["gates"], "marker"), "marker"
+                )
         for raw in data.get("outcomes", []):
             outcome = SampleOutcome.from_dict(raw)
             key = (outcome.function, outcome.file)
             acc = self._accumulators.get(key)
             if acc is None:
-                fn = self._function(outcome.function)
                 acc = self._accumulators[key] = GroupAccumulator(
                     outcome.function,
                     outcome.file,
-                    fn.gates if fn else Gates(),
+                    self._gates(outcome.function),
                     flaky_spread=self.settings.flaky_spread,
                 )
             acc.add(outcome)
@@ -303,6 +317,76 @@ class RewardSession:
         if "summary" in data:
             summary = Summary.from_dict(data["summary"])
             self._file_groups[(summary.function, summary.file)] = (summary, data)
+
+    # -- models (prompt-only samples, Evaluation items) -----------------------------------------------------
+
+    def inference_job(self) -> Any:
+        """Build the session's InferenceJob from the settings, once (the ``inference_job`` fixture's default)."""
+        if self._job is not None:
+            return self._job
+        settings = self.settings
+        if not settings.model:
+            pytest.fail(MODEL_MISSING, pytrace=False)
+        located = _locate_model(settings.model)
+        if located is None:  # checked before importing jax: a typo should not cost a jax import
+            pytest.fail(
+                f"--reward-model {settings.model}: not a model directory (no config.json) and not a shipped example "
+                f"model (available: {', '.join(_shipped_models()) or 'none'})",
+                pytrace=False,
+            )
+        try:
+            from .jax import InferenceJob, load_tokenizer, resolve_model
+
+            path = resolve_model(located)
+            tokenizer: Any = load_tokenizer(settings.tokenizer) if settings.tokenizer else "auto"
+            cache = settings.jax_cache_dir
+            job = InferenceJob.from_checkpoint(
+                path,
+                tokenizer=tokenizer,
+                per_device_batch_size=settings.max_batch,
+                compilation_cache_dir=cache,
+            )
+        except ImportError as exc:
+            pytest.fail(
+                f"--reward-model needs the jax extra: pip install 'pytest-reward[jax]' ({exc})", pytrace=False
+            )
+        except Exception as exc:
+            pytest.fail(f"--reward-model {settings.model}: {type(exc).__name__}: {exc}", pytrace=False)
+        vocab = getattr(job.tokenizer, "vocab_size", None)
+        if vocab is not None and vocab > job.config.vocab_size:
+            pytest.fail(
+                f"--reward-tokenizer: the tokenizer has {vocab} tokens but the model's vocabulary has "
+                f"{job.config.vocab_size}: they do not belong together",
+                pytrace=False,
+            )
+        self._job = job
+        return job
+
+    def rollout_settings(self, overrides: dict[str, Any]) -> Any:
+        from .rollouts import RolloutSettings
+
+        s = self.settings
+        base = RolloutSettings(
+            n=s.rollout_n,
+            temperature=s.rollout_temperature,
+            top_p=s.rollout_top_p,
+            max_new_tokens=s.rollout_max_new_tokens,
+            seed=s.rollout_seed,
+        )
+        return base.merged(overrides)
+
+    @property
+    def rollouts(self) -> Any:
+        if self._rollouts is None:
+            from .rollouts import RolloutPool
+
+            self._rollouts = RolloutPool(self.settings.max_batch, progress=self.progress)
+        return self._rollouts
+
+    def progress(self, label: str, total: int) -> Any:
+        from .report.progress import Progress
+
+        return Progress(self.config, label, total)
 
     @property
     def has_results(self) -> bool:
@@ -510,6 +594,29 @@ class RewardSession:
 
 
 _ROW_JSON = json.JSONEncoder(ensure_ascii=False).encode
+_SHIPPED_MODELS = Path(__file__).resolve().parent / "jax" / "models"
+
+
+def _shipped_models() -> list[str]:
+    if not _SHIPPED_MODELS.is_dir():
+        return []
+    return sorted(p.name for p in _SHIPPED_MODELS.iterdir() if (p / "config.json").is_file())
+
+
+def _locate_model(name: str) -> Path | None:
+    """A model directory by path or shipped name, found without importing jax."""
+    path = Path(name).expanduser()
+    if (path / "config.json").is_file():
+        return path.resolve()
+    candidate = _SHIPPED_MODELS / name
+    return candidate if (candidate / "config.json").is_file() else None
+
+
+MODEL_MISSING = (
+    "no model to roll out prompt-only samples or run evaluations: pass --reward-model PATH_OR_NAME (a Hugging Face "
+    "model directory, or a shipped example such as tiny-adder), set ini reward_model, or define an "
+    "inference_job fixture in conftest.py"
+)
 session_key = pytest.StashKey[RewardSession]()
 #: Reward data of an item's call phase, copied onto its report (``report.reward``) by the plugin.
 REWARD_DATA = pytest.StashKey[dict[str, Any]]()

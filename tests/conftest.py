@@ -12,6 +12,11 @@ import pytest
 import rich.console
 import rich.table  # noqa: F401
 
+try:  # likewise jax (jaxlib cannot be loaded twice in one process: in-process runs must find it imported)
+    import jax  # noqa: F401
+except ImportError:  # pragma: no cover - the jax extra is part of the dev install
+    pass
+
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
 

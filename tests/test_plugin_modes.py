@@ -205,9 +205,21 @@ def test_legacy_reward_output_is_accepted_with_a_deprecation_warning(project):
     )
 
 
-def test_prompt_only_sample_without_a_model_fails_clearly(project):
+def test_prompt_only_sample_without_a_model_is_a_usage_error(project):
     project.file("rewards.py", LENGTH)
     project.jsonl("s.jsonl", [{"prompt": "2+2="}, {"messages": msgs("only a question")}])
     result = project.run("--reward-samples", "s.jsonl")
-    result.assert_outcomes(failed=2)
-    result.stdout.fnmatch_lines(["*prompt-only sample: it has no response to score*--reward-model*"])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*s.jsonl::length?line-1?: no model to roll out prompt-only samples*--reward-model*"]
+    )
+
+
+def test_file_granularity_does_not_roll_out(project):
+    project.file("rewards.py", LENGTH)
+    project.jsonl("s.jsonl", [{"prompt": "2+2="}, {"messages": msgs("q", "a long enough answer")}])
+    result = project.run("--reward-samples", "s.jsonl", "--reward-granularity", "file")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*s.jsonl:1 ?line-1?  prompt-only sample: file granularity does not roll out*"]
+    )

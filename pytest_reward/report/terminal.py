@@ -91,6 +91,18 @@ def write_summary(tr: Any, rs: RewardSession) -> None:
             tr.write_line(
                 f"{r.verdict:<7} {r.function} on {r.file}: n={s.n} mean={_fmt(s.mean)} pass rate {rate}"
             )
+    if verbosity >= 0:
+        for r in reports:
+            ro = r.summary.rollout
+            if ro:
+                n = int(ro["n"])
+                tr.write_line(
+                    f"{r.function} on {r.file}: {n} responses per prompt: pass@1 {ro.get('pass@1', 0):.3f}, "
+                    f"pass@{n} {ro.get(f'pass@{n}', 0):.3f}, best-of-{n} mean {ro.get('best_of_n', 0):.3f}"
+                )
+        pool = rs._rollouts
+        if pool is not None and pool.calls:
+            tr.write_line(f"reward: rollouts: {pool.calls} call(s) to the model, {pool.seconds:.1f}s")
     if rs.comparisons and verbosity >= -1:
         tr.write(
             render_comparison(

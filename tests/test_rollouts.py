@@ -1,0 +1,218 @@
+"""Prompt-only samples: rolled out by the session's model once, in fixed chunks, shared by every function."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pytest_reward.rollouts import pass_at_k
+
+from .conftest import msgs
+
+# A stand-in model (the user's own inference_job fixture): answers "<a+b>" for "a+b=" prompts, or "?" with the
+# given probability, logging its calls in calls.jsonl.
+FAKE_JOB = """
+    import json, pathlib, random
+    from dataclasses import dataclass
+    import pytest
+
+    HERE = pathlib.Path(__file__).parent
+
+    @dataclass
+    class Out:
+        text: str
+        finish_reason: str = "eot"
+
+    class FakeJob:
+        def rollout(self, prompts, max_new_tokens, *, temperature, top_k, top_p, stop, seed, n):
+            with open(HERE / "calls.jsonl", "a") as log:  # one line per call: safe with several processes
+                log.write(json.dumps({"prompts": [p if isinstance(p, str) else p[-1]["content"] for p in prompts], "n": n, "seed": seed}) + "\\n")
+            rng = random.Random(seed)
+            out = []
+            for p in prompts:
+                text = p if isinstance(p, str) else p[-1]["content"]
+                a, b = text.rstrip("=").split("+")
+                for _ in range(n):
+                    wrong = temperature > 0 and rng.random() < 0.5
+                    out.append(Out("?" if wrong else str(int(a) + int(b))))
+            return out
+
+    @pytest.fixture(scope="session")
+    def inference_job():
+        return FakeJob()
+"""
+
+EXACT = """
+    import pytest
+    from pytest_reward import reward_function
+
+    @pytest.mark.reward(threshold=1.0, pass_rate=0.0{rollout})
+    @reward_function
+    def exact(messages, ground_truth=None, **kwargs):
+        return {{"score": float(messages[-1]["content"] == ground_truth), "reason": messages[-1]["content"]}}
+
+    @reward_function
+    def length(messages, **kwargs):
+        return {{"score": min(1.0, len(messages[-1]["content"]) / 3)}}
+
+    @reward_function
+    def nonempty(messages, **kwargs):
+        return {{"score": float(bool(messages[-1]["content"]))}}
+"""
+
+
+def prompts(n: int, start: int = 0) -> list[dict]:
+    return [
+        {"id": f"p{i}", "prompt": f"{i}+{i}=", "ground_truth": str(2 * i)} for i in range(start, start + n)
+    ]
+
+
+def calls(project) -> list[dict]:
+    return [json.loads(line) for line in (project.path / "calls.jsonl").read_text().splitlines()]
+
+
+def test_each_prompt_is_rolled_out_once_for_every_function(project):
+    project.file("conftest.py", FAKE_JOB)
+    project.file("rewards.py", EXACT.format(rollout=""))
+    project.jsonl("prompts.jsonl", prompts(10))
+    result = project.run("--reward-samples", "prompts.jsonl", "--reward-max-batch", "4")
+    result.assert_outcomes(passed=30)
+    made = calls(project)
+    # 10 prompts in chunks of 4: three calls, whatever the number of functions scoring them
+    assert [len(c["prompts"]) for c in made] == [4, 4, 2]
+    assert sorted(p for c in made for p in c["prompts"]) == sorted(f"{i}+{i}=" for i in range(10))
+    result.stdout.fnmatch_lines(["reward: rollouts: 3 call(s) to the model, *"])
+
+
+def test_chat_prompts_and_prompt_fields_both_work(project):
+    project.file("conftest.py", FAKE_JOB)
+    project.file("rewards.py", EXACT.format(rollout=""))
+    project.jsonl(
+        "prompts.jsonl",
+        [
+            {"id": "plain", "prompt": "2+3=", "ground_truth": "5"},
+            {
+                "id": "chat",
+                "messages": [{"role": "system", "content": "add"}, *msgs("4+4=")],
+                "ground_truth": "8",
+            },
+            {"id": "answered", "messages": msgs("1+1=", "2"), "ground_truth": "2"},
+        ],
+    )
+    outcomes = {
+        (o["function"], o["sample_id"]): o for o in project.outcomes("--reward-samples", "prompts.jsonl")
+    }
+    assert outcomes[("exact", "plain")]["score"] == 1.0 and outcomes[("exact", "chat")]["score"] == 1.0
+    assert outcomes[("exact", "chat")]["extra"]["responses"] == ["8"]
+    assert "responses" not in outcomes[("exact", "answered")]["extra"]  # already answered: not rolled out
+    (made,) = calls(project)
+    assert made["prompts"] == ["2+3=", "4+4="]
+
+
+def test_n_responses_per_prompt_give_pass_at_k_and_best_of_n(project):
+    project.file("conftest.py", FAKE_JOB)
+    rollout = ', rollout={"n": 4, "temperature": 0.8, "seed": 3}'
+    project.file("rewards.py", EXACT.format(rollout=rollout))
+    project.jsonl("prompts.jsonl", prompts(6))
+    result = project.run("--reward-samples", "prompts.jsonl", "--reward-report", "out")
+    assert result.ret == 0
+    rows = [json.loads(line) for line in (project.path / "out" / "results.jsonl").read_text().splitlines()]
+    exact = [r for r in rows if r["function"] == "exact"]
+    for row in exact:
+        c = sum(1 for text in row["responses"] if text != "?")
+        assert len(row["responses"]) == 4 and row["runs"] == [
+            1.0 if t != "?" else 0.0 for t in row["responses"]
+        ]
+        assert row["score"] == pytest.approx(c / 4)
+        assert row["pass@1"] == pytest.approx(c / 4) and row["pass@4"] == (1.0 if c else 0.0)
+        assert row["best_of_n"] == (1.0 if c else 0.0)
+    assert calls(project)[0]["n"] == 4
+    result.stdout.fnmatch_lines(
+        ["exact on prompts.jsonl: 4 responses per prompt: pass@1 *, pass@4 *, best-of-4 mean *"]
+    )
+
+
+def test_rollouts_do_not_depend_on_who_runs_them(project):
+    project.file("conftest.py", FAKE_JOB)
+    project.file("rewards.py", EXACT.format(rollout=', rollout={"n": 3, "temperature": 1.0, "seed": 7}'))
+    project.jsonl("prompts.jsonl", prompts(12))
+
+    def responses(*args):
+        (project.path / "calls.jsonl").unlink(missing_ok=True)
+        project.run_subprocess(
+            "--reward-samples", "prompts.jsonl", "--reward-report", "out", "--reward-max-batch", "5", *args
+        )
+        rows = [
+            json.loads(line) for line in (project.path / "out" / "results.jsonl").read_text().splitlines()
+        ]
+        return {r["id"]: r["responses"] for r in rows if r["function"] == "exact"}
+
+    single = responses()
+    assert responses("-k", "exact and (p7 or p11)") == {k: single[k] for k in ("p7", "p11")}
+    assert responses("-n", "2", "-p", "xdist") == single
+
+
+def test_without_a_model_prompt_only_samples_are_a_usage_error(project):
+    project.file("rewards.py", EXACT.format(rollout=""))
+    project.jsonl("prompts.jsonl", prompts(2))
+    result = project.run("--reward-samples", "prompts.jsonl")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*prompts.jsonl::exact?p0?: no model to roll out prompt-only samples*--reward-model PATH_OR_NAME*"]
+    )
+
+
+def test_a_missing_model_directory_fails_with_the_path(project):
+    project.file("rewards.py", EXACT.format(rollout=""))
+    project.jsonl("prompts.jsonl", prompts(1))
+    result = project.run("--reward-samples", "prompts.jsonl", "--reward-model", "no/such/model")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(
+        [
+            "*--reward-model no/such/model: not a model directory (no config.json) and not a shipped example model (available: tiny-adder)*"
+        ]
+    )
+    assert "Traceback" not in result.stdout.str()
+
+
+def test_pass_at_k_known_values():
+    assert pass_at_k(4, 0, 1) == 0.0 and pass_at_k(4, 4, 1) == 1.0
+    assert pass_at_k(4, 1, 1) == pytest.approx(0.25)
+    assert pass_at_k(4, 1, 4) == 1.0
+    assert pass_at_k(10, 3, 2) == pytest.approx(1 - (7 * 6) / (10 * 9))
+    with pytest.raises(ValueError):
+        pass_at_k(2, 1, 3)
+
+
+def test_the_shipped_model_rolls_out_and_scores(project):
+    pytest.importorskip("jax")
+    project.file("rewards.py", EXACT.format(rollout=', rollout={"max_new_tokens": 6}'))
+    heldout = [json.loads(line) for line in _heldout().read_text().splitlines()][:12]
+    project.jsonl(
+        "prompts.jsonl",
+        [{"id": f"h{i}", "prompt": h["prompt"], "ground_truth": h["answer"]} for i, h in enumerate(heldout)],
+    )
+    result = project.run_subprocess(
+        "--reward-samples", "prompts.jsonl", "--reward-model", "tiny-adder", "--reward-report", "out"
+    )
+    rows = [json.loads(line) for line in (project.path / "out" / "results.jsonl").read_text().splitlines()]
+    exact = [r for r in rows if r["function"] == "exact"]
+    assert len(exact) == 12 and sum(r["score"] for r in exact) >= 8  # 93.7 % greedy on all 1000 held-out sums
+    # exact asks for 6 new tokens, the other two use the default: two settings, two calls
+    result.stdout.fnmatch_lines(["reward: rollouts: 2 call(s) to the model, *"])
+
+
+def test_prompt_too_long_for_the_model_fails_that_sample(project):
+    pytest.importorskip("jax")
+    project.file("rewards.py", EXACT.format(rollout=', rollout={"max_new_tokens": 8}'))
+    project.jsonl("prompts.jsonl", [{"id": "long", "prompt": "1" * 100 + "+1=", "ground_truth": "x"}])
+    result = project.run_subprocess("--reward-samples", "prompts.jsonl", "--reward-model", "tiny-adder")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*rollout failed: prompt 0 has * tokens*block_size is 64*"])
+
+
+def _heldout():
+    from pytest_reward.jax.zoo import resolve_model
+
+    return resolve_model("tiny-adder") / "heldout.jsonl"

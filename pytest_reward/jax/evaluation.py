@@ -437,9 +437,12 @@ class RolloutEvaluation(Evaluation):
 
     def _reward_function(self) -> Callable[..., Any] | None:
         # A function stored as a class attribute would come back bound to the instance: read it unbound.
-        if "reward" in vars(self):
-            return vars(self)["reward"]
-        return inspect.getattr_static(type(self), "reward", None)
+        fn = (
+            vars(self)["reward"]
+            if "reward" in vars(self)
+            else inspect.getattr_static(type(self), "reward", None)
+        )
+        return fn.__func__ if isinstance(fn, staticmethod) else fn
 
     def evaluate_samples(
         self,

@@ -485,7 +485,11 @@ def test_reward_function_as_class_attribute_async_and_batch(bigram):
     class WithAttr(_Letters):
         reward = says_b
 
+    class WithStatic(_Letters):
+        reward = staticmethod(says_b)
+
     assert WithAttr([(chat("q"), "B")])(bigram) == 1.0
+    assert WithStatic([(chat("q"), "B")])(bigram) == 1.0
 
     @reward_function
     async def async_reward(messages, ground_truth=None, **kwargs):
@@ -619,3 +623,36 @@ def test_malformed_samples_name_the_index(bigram):
 
     with pytest.raises(NotImplementedError, match="must override max_new_tokens"):
         NoBudget([("a", "b")])(bigram)
+
+
+def test_job_length_selects_a_seeded_subset(bigram):
+    """theseus's ``eval/length``: a job with ``length = k`` evaluates a random subset of k samples."""
+    texts = ["ab", "abc", "zc", "mn", "pq"]
+    bigram.length = 2
+    try:
+        samples = _Texts(texts).evaluate_samples(bigram)
+    finally:
+        bigram.length = -1
+    assert len(samples) == 2 and len({s.index for s in samples}) == 2
+    assert all(s.input == texts[s.index] for s in samples)
+    assert len(_Texts(texts).evaluate_samples(bigram)) == 5
+
+
+def test_a_direct_subclass_implements_evaluate_samples(bigram):
+    class _Lengths(Evaluation):
+        name = "lengths"
+
+        def __len__(self):
+            return 3
+
+        def evaluate_samples(self, inference, encoding=None, intermediates=None, **kwargs):
+            if intermediates is not None:
+                intermediates.append("row")
+            return [EvaluationSample(index=i, input="x" * i, score=float(i)) for i in range(3)]
+
+    ev = _Lengths()
+    assert ev.prefix() == "lengths_"
+    assert ev(bigram) == 1.0 and ev(bigram, reduce="sum") == 3.0
+    assert ev(bigram, return_intermediates=True) == (1.0, ["row"])
+    with pytest.raises(NotImplementedError):
+        ev.score()

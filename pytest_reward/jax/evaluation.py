@@ -405,7 +405,7 @@ class RolloutEvaluation(Evaluation):
 
     def __init__(self, *, reward: Callable[..., Any] | None = None):
         if reward is not None:
-            self.reward = reward
+            self.reward = _check_reward(reward)
 
     @abstractmethod
     def get(self, indx: int) -> tuple[Any, Any]:
@@ -462,6 +462,9 @@ class RolloutEvaluation(Evaluation):
         compatibility and ignored (the job chooses its batches)."""
         job, enc = _bind(self, inference, encoding)
         indices = self._indices(job)
+        reward = self._reward_function()
+        if reward is not None:
+            _check_reward(reward)
         n = int(self.samples_per_prompt if samples_per_prompt is None else samples_per_prompt)
         if n < 1:
             raise EvaluationError(f"evaluation {self.name!r}: samples_per_prompt must be >= 1, got {n}")
@@ -472,34 +475,8 @@ class RolloutEvaluation(Evaluation):
                 f"evaluation {self.name!r}: max_new_tokens()={max_new} must be >= 1 and leave room for a prompt "
                 f"in block_size={job.block_size}"
             )
-        prompts, targets = [], []
-        for i in indices:
-            item = self._get(i)
-            if not isinstance(item, tuple | list) or len(item) != 2:
-                raise EvaluationError(
-                    f"evaluation {self.name!r}: get({i}) must return (prompt, expected), got {item!r:.200}"
-                )
-            prompt, target = item
-            if not isinstance(prompt, str | list | tuple):
-                raise EvaluationError(
-                    f"evaluation {self.name!r}: sample {i}'s prompt must be a string or a list of chat "
-                    f"messages, got {type(prompt).__name__}"
-                )
-            prompts.append(prompt)
-            targets.append(target)
-        texts = [p if isinstance(p, str) else enc.apply_chat_template(list(p)) for p in prompts]
-        encoded = [list(ids) for ids in enc.encode_batch(texts, allowed_special="all")]
-        check_ids = _needs_id_check(job, enc)
-        for i, ids in zip(indices, encoded, strict=True):
-            if len(ids) > budget and self.truncate != "left":
-                raise EvaluationError(
-                    f"evaluation {self.name!r}, sample {i}: the prompt has {len(ids)} tokens; with "
-                    f"max_new_tokens={max_new} it needs {len(ids) + max_new} positions but block_size is "
-                    f"{job.block_size}. Shorten it, lower max_new_tokens(), or set truncate = 'left' to keep "
-                    f"its last {budget} tokens."
-                )
-            if check_ids:
-                _check_ids(self, job, i, ids)
+        prompts, targets = self._load(indices)
+        encoded = self._encode_prompts(job, enc, indices, prompts, max_new)
         gens, fed = job.generate_tokens(
             encoded,
             max_new,
@@ -510,17 +487,10 @@ class RolloutEvaluation(Evaluation):
             n=n,
             truncate="left",
         )
-        stop_ids = set(job.stop_token_ids)
-        eot_text = enc.decode([enc.eot_token])
-        markers = [m for m in (*self.end_markers, eot_text, *self.stop) if m]
-        rows = [(i, p, t) for i, p, t in zip(indices, prompts, targets, strict=True) for _ in range(n)]
-        generated = []
-        for gen in gens:
-            body = gen[:-1] if gen and gen[-1] in stop_ids else gen
-            generated.append(_cut(enc.decode(body), markers))
+        generated = self._generated_text(job, enc, gens)
         outputs = [self.clean(g) for g in generated]
+        rows = [(i, p, t) for i, p, t in zip(indices, prompts, targets, strict=True) for _ in range(n)]
         ys = [t for _, _, t in rows]
-        reward = self._reward_function()
         if reward is not None:
             scored = _score_with_reward(reward, [p for _, p, _ in rows], generated, ys)
         else:
@@ -538,17 +508,60 @@ class RolloutEvaluation(Evaluation):
                 intermediates.append(_right_pad(row, budget + max_new, pad))
         return [
             EvaluationSample(
-                index=i,
-                input=p,
-                target=t,
-                output=out,
-                score=s,
-                metrics=metrics,
-                reason=reason,
-                error=error,
+                index=i, input=p, target=t, output=out, score=s, metrics=metrics, reason=reason, error=error
             )
             for (i, p, t), out, (s, metrics, reason, error) in zip(rows, outputs, scored, strict=True)
         ]
+
+    def _load(self, indices: Sequence[int]) -> tuple[list[Any], list[Any]]:
+        """(prompts, expected) of the samples, checked."""
+        prompts, targets = [], []
+        for i in indices:
+            item = self._get(i)
+            if not isinstance(item, tuple | list) or len(item) != 2:
+                raise EvaluationError(
+                    f"evaluation {self.name!r}: get({i}) must return (prompt, expected), got {item!r:.200}"
+                )
+            prompt, target = item
+            if not isinstance(prompt, str | list | tuple):
+                raise EvaluationError(
+                    f"evaluation {self.name!r}: sample {i}'s prompt must be a string or a list of chat "
+                    f"messages, got {type(prompt).__name__}"
+                )
+            prompts.append(prompt)
+            targets.append(target)
+        return prompts, targets
+
+    def _encode_prompts(
+        self, job: Any, enc: Any, indices: Sequence[int], prompts: Sequence[Any], max_new: int
+    ) -> list[list[int]]:
+        """Render chats, encode, and check every prompt fits the budget and the model's vocabulary."""
+        budget = int(job.block_size) - max_new
+        texts = [p if isinstance(p, str) else enc.apply_chat_template(list(p)) for p in prompts]
+        encoded = [list(ids) for ids in enc.encode_batch(texts, allowed_special="all")]
+        check_ids = _needs_id_check(job, enc)
+        for i, ids in zip(indices, encoded, strict=True):
+            if len(ids) > budget and self.truncate != "left":
+                raise EvaluationError(
+                    f"evaluation {self.name!r}, sample {i}: the prompt has {len(ids)} tokens; with "
+                    f"max_new_tokens={max_new} it needs {len(ids) + max_new} positions but block_size is "
+                    f"{job.block_size}. Shorten it, lower max_new_tokens(), or set truncate = 'left' to keep "
+                    f"its last {budget} tokens."
+                )
+            if check_ids:
+                _check_ids(self, job, i, ids)
+        return encoded
+
+    def _generated_text(self, job: Any, enc: Any, gens: Sequence[Sequence[int]]) -> list[str]:
+        """What ``clean`` receives: each generation decoded without its stop token, cut before the first end
+        marker, end-of-text text or ``stop`` string."""
+        stop_ids = set(job.stop_token_ids)
+        markers = [m for m in (*self.end_markers, enc.decode([enc.eot_token]), *self.stop) if m]
+        out = []
+        for gen in gens:
+            body = gen[:-1] if gen and gen[-1] in stop_ids else gen
+            out.append(_cut(enc.decode(body), markers))
+        return out
 
 
 def _cut(text: str, markers: Sequence[str]) -> str:
@@ -577,18 +590,24 @@ def _messages(prompt: Any, generated: str) -> list[Any]:
 Scored = tuple[float, dict[str, float], str | None, str | None]  # score, metrics, reason, error
 
 
-def _score_with_reward(
-    fn: Callable[..., Any], prompts: Sequence[Any], generated: Sequence[str], targets: Sequence[Any]
-) -> list[Scored]:
-    """Call a reward function on every (prompt, generation) pair; failures score 0 with the error kept."""
-    from ..decorator import get_spec, is_reward_function
-    from ..scoring import describe_exception, run_coroutine, to_result
+def _check_reward(fn: Any) -> Callable[..., Any]:
+    from ..decorator import is_reward_function
 
     if not is_reward_function(fn):
         raise TypeError(
             f"reward must be a @reward_function (pytest_reward's or reward-kit's), got {fn!r}; decorate it"
         )
-    spec = get_spec(fn)
+    return fn
+
+
+def _score_with_reward(
+    fn: Callable[..., Any], prompts: Sequence[Any], generated: Sequence[str], targets: Sequence[Any]
+) -> list[Scored]:
+    """Call a reward function on every (prompt, generation) pair; failures score 0 with the error kept."""
+    from ..decorator import get_spec
+    from ..scoring import describe_exception, run_coroutine, to_result
+
+    spec = get_spec(_check_reward(fn))
     name = spec.name
 
     def resolve(value: Any) -> Any:

@@ -544,7 +544,15 @@ def test_reward_function_errors_score_zero_and_are_recorded(bigram):
 
 def test_undecorated_reward_is_rejected(bigram):
     with pytest.raises(TypeError, match="@reward_function"):
-        _Letters([(chat("q"), "B")], reward=lambda **kw: 1.0)(bigram)
+        _Letters([(chat("q"), "B")], reward=lambda **kw: 1.0)
+
+    class _Attr(_Letters):
+        reward = staticmethod(lambda **kw: 1.0)
+
+    calls = bigram.stats.rollout_calls
+    with pytest.raises(TypeError, match="@reward_function"):
+        _Attr([(chat("q"), "B")])(bigram)
+    assert bigram.stats.rollout_calls == calls  # rejected before generating anything
 
 
 # ---------------------------------------------------------------------------------------------- bad input

@@ -184,17 +184,25 @@ class GateResult:
     passed: bool = True
     evaluated: bool = True
     note: str = ""
+    upper: bool = False
+    """True for an upper bound (``max_mean``): the value must stay at or below ``bound``."""
 
     def describe(self) -> str:
-        what = f"{self.gate}" if self.target == "score" else f"{self.target} {self.gate}"
+        name = "mean" if self.gate == "max_mean" else self.gate
+        what = name if self.target == "score" else f"{self.target} {name}"
+        want = "≤" if self.upper else "≥"
         if not self.evaluated:
-            return f"{what} ≥ {self.bound:g} not evaluated: {self.note}"
+            return f"{what} {want} {self.bound:g} not evaluated: {self.note}"
+        if self.value is None:
+            return f"{what} {want} {self.bound:g} failed: {self.note}"
         text = f"{what} {self.value:.4g}"
         if self.interval is not None:
             ci = self.interval
-            text += f" (CI lower bound {ci['low']:.4g}, {ci['confidence']:.0%} {ci['method']})"
-        op = "≥" if self.passed else "<"
-        return f"{text} {op} {self.bound:g}"
+            side, edge = ("upper", ci["high"]) if self.upper else ("lower", ci["low"])
+            text += f" (CI {side} bound {edge:.4g}, {ci['confidence']:.0%} {ci['method']})"
+        if self.passed:
+            return f"{text} {want} {self.bound:g}"
+        return f"{text} {'>' if self.upper else '<'} {self.bound:g}"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -348,7 +356,8 @@ class GroupAccumulator:
             return _interval_dict(bootstrap_mean_ci(vals, level, n_resamples=n_resamples, seed=seed))
 
         # The table's 95 % interval and the gate's interval come from the same resamples.
-        levels = (0.95, conf) if (conf and gates.mean is not None) else (0.95,)
+        gated_mean = gates.mean is not None or gates.max_mean is not None
+        levels = (0.95, conf) if (conf and gated_mean) else (0.95,)
         score_cis = [
             _interval_dict(i) for i in bootstrap_mean_cis(values, levels, n_resamples=n_resamples, seed=seed)
         ]
@@ -425,10 +434,19 @@ def _interval_dict(interval: Interval) -> dict[str, Any]:
 
 
 def _gate(
-    target: str, gate: str, bound: float, value: float | None, interval: dict[str, Any] | None
+    target: str,
+    gate: str,
+    bound: float,
+    value: float | None,
+    interval: dict[str, Any] | None,
+    *,
+    upper: bool = False,
 ) -> GateResult:
     if value is None:
-        return GateResult(target, gate, bound, passed=False, evaluated=True, note="no samples scored")
+        return GateResult(target, gate, bound, passed=False, note="no samples scored", upper=upper)
+    if upper:
+        compared = interval["high"] if interval is not None else value
+        return GateResult(target, gate, bound, value, compared, interval, passed=compared <= bound, upper=True)
     compared = interval["low"] if interval is not None else value
     return GateResult(target, gate, bound, value, compared, interval, passed=compared >= bound)
 
@@ -439,14 +457,20 @@ def evaluate_gates(summary: Summary, gates: Gates) -> list[GateResult]:
     if not summary.complete:
         note = f"partial run ({summary.n} of {summary.expected} samples ran)"
         for target, gate, bound in _declared(gates):
-            results.append(GateResult(target, gate, bound, passed=True, evaluated=False, note=note))
+            results.append(
+                GateResult(
+                    target, gate, bound, passed=True, evaluated=False, note=note, upper=gate == "max_mean"
+                )
+            )
         return results
     if summary.n == 0:
         for target, gate, bound in _declared(gates):
-            results.append(GateResult(target, gate, bound, passed=False, note="no samples"))
+            results.append(GateResult(target, gate, bound, passed=False, note="no samples", upper=gate == "max_mean"))
         return results
     if gates.mean is not None:
         results.append(_gate("score", "mean", gates.mean, summary.mean, summary.gate_mean_ci))
+    if gates.max_mean is not None:
+        results.append(_gate("score", "max_mean", gates.max_mean, summary.mean, summary.gate_mean_ci, upper=True))
     if gates.pass_rate is not None:
         results.append(_gate("score", "pass_rate", gates.pass_rate, summary.pass_rate, summary.gate_pass_ci))
     for q, bound in gates.quantile:
@@ -479,6 +503,8 @@ def _declared(gates: Gates) -> list[tuple[str, str, float]]:
     out: list[tuple[str, str, float]] = []
     if gates.mean is not None:
         out.append(("score", "mean", gates.mean))
+    if gates.max_mean is not None:
+        out.append(("score", "max_mean", gates.max_mean))
     if gates.pass_rate is not None:
         out.append(("score", "pass_rate", gates.pass_rate))
     out.extend(("score", f"quantile({q:g})", b) for q, b in gates.quantile)

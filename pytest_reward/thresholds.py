@@ -6,7 +6,7 @@ metrics={"relevance": {"mean": 0.6}}, samples="data/x.jsonl", rollout={...})``
 * ``threshold``: per-sample pass score. A sample below it fails, unless a ``pass_rate`` gate is declared: then
   the miss is tolerated per sample ("below") and the aggregate gate decides.
 * ``mean``, ``pass_rate``, ``quantile``: aggregate gates per function × samples file, evaluated once per session
-  (on the xdist controller).
+  (on the xdist controller); ``max_mean``: an upper bound on the mean, for lower-is-better scores (perplexity).
 * ``confidence``: the mean and pass-rate gates must hold for the *lower bound* of the two-sided ``confidence``
   interval (seeded percentile bootstrap for the mean, Wilson score for the rate), not the point estimate.
 * ``metrics``: the same keys (``threshold``, ``mean``, ``pass_rate``, ``quantile``) per named metric.
@@ -32,7 +32,7 @@ __all__ = [
     "validate_marker",
 ]
 
-GATE_KEYS = ("threshold", "mean", "pass_rate", "quantile", "confidence")
+GATE_KEYS = ("threshold", "mean", "max_mean", "pass_rate", "quantile", "confidence")
 MARKER_KEYS = (*GATE_KEYS, "metrics", "samples", "rollout")
 METRIC_KEYS = ("threshold", "mean", "pass_rate", "quantile")
 ROLLOUT_KEYS = ("n", "temperature", "top_p", "top_k", "max_new_tokens", "seed", "stop")
@@ -60,6 +60,8 @@ class Gates:
 
     threshold: float | None = None
     mean: float | None = None
+    max_mean: float | None = None
+    """Upper bound on the mean, for lower-is-better scores (perplexity)."""
     pass_rate: float | None = None
     quantile: tuple[tuple[float, float], ...] = ()
     confidence: float | None = None
@@ -83,6 +85,7 @@ class Gates:
     def has_aggregate(self) -> bool:
         return (
             self.mean is not None
+            or self.max_mean is not None
             or self.pass_rate is not None
             or bool(self.quantile)
             or any(m.has_aggregate for _, m in self.metrics)
@@ -98,7 +101,7 @@ class Gates:
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for key in ("threshold", "mean", "pass_rate", "confidence"):
+        for key in ("threshold", "mean", "max_mean", "pass_rate", "confidence"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         if self.quantile:
@@ -217,7 +220,7 @@ def validate_marker(args: tuple[Any, ...], kwargs: Mapping[str, Any], where: str
     _check_keys(kwargs, MARKER_KEYS, where, "key")
     out: dict[str, Any] = {}
     for key, value in kwargs.items():
-        if key in ("threshold", "mean"):
+        if key in ("threshold", "mean", "max_mean"):
             out[key] = _number(value, key, where)
         elif key == "pass_rate":
             out[key] = _unit(value, key, where)

@@ -18,6 +18,10 @@ except ImportError:  # pragma: no cover - the jax extra is part of the dev insta
     pass
 
 REPO = Path(__file__).resolve().parents[1]
+# In-process runs re-import nothing: when the outer pytest was started as ``.venv/bin/pytest`` (no cwd on
+# sys.path) the plugin was imported before the inner session could mark it for assertion rewriting, and the inner
+# session says so in a warning that would shift every summary line the tests match.
+IN_PROCESS = ("-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning")
 EXAMPLES = REPO / "examples"
 
 
@@ -51,14 +55,14 @@ class Project:
         return path
 
     def run(self, *args: str) -> pytest.RunResult:
-        return self.pytester.runpytest("-p", "no:cacheprovider", *args)
+        return self.pytester.runpytest(*IN_PROCESS, *args)
 
     def run_subprocess(self, *args: str) -> pytest.RunResult:
         return self.pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
 
     def outcomes(self, *args: str) -> list[dict[str, Any]]:
         """Run in-process and return every per-sample outcome the plugin reported."""
-        rec = self.pytester.inline_run("-p", "no:cacheprovider", *args)
+        rec = self.pytester.inline_run(*IN_PROCESS, *args)
         out = []
         for report in rec.getreports("pytest_runtest_logreport"):
             data = getattr(report, "reward", None)

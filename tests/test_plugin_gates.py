@@ -267,3 +267,16 @@ def test_expect_functions_must_be_an_object(project):
     result.stdout.fnmatch_lines(
         ["*s.jsonl:1: 'expect.functions' must be an object mapping reward function names to expectations"]
     )
+
+
+def test_max_mean_is_an_upper_bound(project):
+    scores_project(project, "max_mean=1.4", [1.2, 1.4, 1.9])
+    result = project.run("--reward-samples", "s.jsonl")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["FAIL number on s.jsonl: mean 1.5 > 1.4"])
+    scores_project(project, "max_mean=1.6", [1.2, 1.4, 1.9])
+    assert project.run("--reward-samples", "s.jsonl").ret == 0
+    scores_project(project, "max_mean=1.6, confidence=0.95", [1.2, 1.4, 1.9])
+    result = project.run("--reward-samples", "s.jsonl")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["FAIL number on s.jsonl: mean 1.5 (CI upper bound 1.*, 95% bootstrap (B=2000, seed=0)) > 1.6"])

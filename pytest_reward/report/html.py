@@ -427,14 +427,16 @@ def _gates(gates: list[Any]) -> str:
         else:
             status = _badge("pass" if gate.get("passed") else "FAIL")
         interval = gate.get("interval")
+        upper = bool(gate.get("upper"))
         compared = ""
         if isinstance(interval, dict):
-            compared = f"CI lower bound {_g(interval.get('low'))} ({_ci_method(interval)})"
+            side, edge = ("upper", interval.get("high")) if upper else ("lower", interval.get("low"))
+            compared = f"CI {side} bound {_g(edge)} ({_ci_method(interval)})"
         elif gate.get("compared") is not None and gate.get("compared") != gate.get("value"):
             compared = _g(gate.get("compared"))
         rows.append(
             f'<tr><td class="mono">{_esc(what)}</td><td class="num">{_esc(_g(gate.get("value")))}</td>'
-            f'<td class="mono">{_esc(compared)}</td><td class="num">≥ {_esc(_g(gate.get("bound")))}</td>'
+            f'<td class="mono">{_esc(compared)}</td><td class="num">{"≤" if upper else "≥"} {_esc(_g(gate.get("bound")))}</td>'
             f"<td>{status}</td><td>{_esc(gate.get('note') or '')}</td></tr>"
         )
     return (

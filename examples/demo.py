@@ -25,6 +25,12 @@ PROJECTS: list[tuple[str, list[str], str]] = [
         ["--reward-samples", "samples.jsonl"],
         "the advanced tutorial: multi-component, composite and contextual rewards, legacy RewardOutput",
     ),
+    (
+        "tiny-model-eval",
+        [],
+        "the shipped tiny JAX model: rollout, perplexity and comparison evaluations as tests, and prompt-only "
+        "samples rolled out 4 times each and scored by reward functions",
+    ),
 ]
 
 

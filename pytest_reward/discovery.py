@@ -354,6 +354,46 @@ def _load_fn_spec(spec: str, opts: DiscoveryOptions, config: Any) -> tuple[Any, 
     return obj, module
 
 
+def load_evaluation_spec(spec: str, rootdir: Path, invocation_dir: Path, importmode: str) -> tuple[ModuleType, type]:
+    """Import the ``Evaluation`` subclass named by an ini ``reward_evaluations`` entry.
+
+    ``package.module:Class`` is imported by name; ``path/to/file.py::Class`` (relative to the rootdir, else to the
+    invocation directory) like a reward module. Every problem is a ``DiscoveryError`` naming the entry.
+    """
+    from .jax.evaluation import Evaluation
+
+    where = f"ini reward_evaluations entry {spec!r}"
+    try:
+        if "::" in spec:
+            file_part, _, attr = spec.partition("::")
+            path = Path(file_part)
+            if not path.is_absolute():
+                path = next(
+                    (base / path for base in (rootdir, invocation_dir) if (base / path).is_file()), rootdir / path
+                )
+            if not path.is_file():
+                raise DiscoveryError(f"{where}: file {file_part} not found")
+            module = import_reward_module(path, rootdir, importmode)
+        elif ":" in spec:
+            mod_name, _, attr = spec.partition(":")
+            module = importlib.import_module(mod_name)
+        else:
+            raise DiscoveryError(f"{where}: expected package.module:Class or path/to/file.py::Class")
+    except DiscoveryError:
+        raise
+    except Exception as exc:
+        raise DiscoveryError(f"{where}: import failed: {type(exc).__name__}: {exc}") from exc
+    obj: Any = getattr(module, attr, None)
+    if obj is None:
+        raise DiscoveryError(f"{where}: {module.__name__} has no attribute {attr!r}")
+    if not (isinstance(obj, type) and issubclass(obj, Evaluation)):
+        raise DiscoveryError(f"{where}: {attr!r} is not a subclass of pytest_reward.jax.evaluation.Evaluation")
+    if inspect.isabstract(obj):
+        missing = ", ".join(sorted(obj.__abstractmethods__))
+        raise DiscoveryError(f"{where}: {attr!r} is abstract (it does not implement {missing})")
+    return module, obj
+
+
 def _resolve_bound(
     patterns: Sequence[str], fn_path: Path, rootdir: Path
 ) -> tuple[tuple[Path, ...], str | None]:

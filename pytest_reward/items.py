@@ -705,27 +705,48 @@ class EvaluationItem(_ModelItem):
 
     def runtest(self) -> None:
         __tracebackhide__ = True
+        from .jax.evaluation import EvaluationError
+        from .models import EvaluateResult, MetricResult
         from .results import judge
 
         rs = self.config.stash[session_key]
         job = self.funcargs["inference_job"]
-        instance = self.evaluation()
-        name = getattr(instance, "name", None) or self.evaluation.__name__
-        label = f"evaluating {name} ({len(instance)} samples)"
-        with rs.progress(label, len(instance)):
-            samples = instance.evaluate_samples(job)
+        cls_name = self.evaluation.__name__
+        try:
+            instance = self.evaluation()
+        except TypeError as exc:
+            raise RewardFailure(
+                f"{cls_name}: cannot construct the evaluation without arguments ({exc})",
+                ["an Evaluation collected as a test is built as Class(); give its parameters defaults"],
+            ) from None
+        name = getattr(instance, "name", None) or cls_name
+        try:
+            size = len(instance)
+        except Exception as exc:
+            raise RewardFailure(f"{name}: len() failed: {describe_exception(exc)}", []) from None
+        if size == 0:
+            raise RewardFailure(f"{name}: the evaluation has no samples (len() is 0)", [])
+        try:
+            with rs.progress(f"evaluating {name} ({size} samples)", size):
+                samples = instance.evaluate_samples(job)
+        except EvaluationError as exc:
+            raise RewardFailure(f"{name}: {exc}", []) from None
         if not samples:
             raise RewardFailure(f"{name}: the evaluation produced no samples", [])
         outcomes = []
+        seen: dict[int, int] = {}
         for s in samples:
+            # ``samples_per_prompt = n``: n consecutive samples share an index; each keeps its own key.
+            k = seen[s.index] = seen.get(s.index, -1) + 1
+            ident = f"{s.index}" if k == 0 else f"{s.index}#{k}"
             result = None
             if s.error is None:
-                from .models import EvaluateResult, MetricResult
-
+                # Evaluation metrics are measurements (nll, token counts, perplexity), not [0, 1] reward
+                # components: kept as they are, without the reward-metric range check.
                 metrics = {
-                    k: MetricResult(score=min(1.0, max(0.0, float(v))), reason=k)
+                    k: MetricResult.model_construct(score=float(v), reason=None, is_score_valid=True)
                     for k, v in (s.metrics or {}).items()
-                    if isinstance(v, (int, float)) and 0.0 <= float(v) <= 1.0
+                    if isinstance(v, (int, float)) and not isinstance(v, bool)
                 }
                 result = EvaluateResult(score=float(s.score), reason=s.reason, metrics=metrics)
             verdict, score, metric_scores, failures, below = judge(result, self.gates, None, error=s.error)
@@ -733,9 +754,9 @@ class EvaluationItem(_ModelItem):
                 SampleOutcome(
                     function=name,
                     file=self.file_label,
-                    line=int(s.index) + 1,
-                    sample_id=f"{name}[{s.index}]",
-                    key=f"eval:{s.index}",
+                    line=self.lineno + 1,
+                    sample_id=f"{name}[{ident}]",
+                    key=f"eval:{ident}",
                     verdict=verdict,
                     score=score,
                     reason=s.reason,
@@ -759,10 +780,24 @@ class EvaluationItem(_ModelItem):
         )
         failing = [o for o in outcomes if o.verdict == FAIL]
         if failing:
-            lines = [f"  [{o.line - 1}] {o.failures[0] if o.failures else o.error}" for o in failing[:20]]
+            lines = [f"  {o.sample_id}: {o.failures[0] if o.failures else o.error}" for o in failing[:20]]
             if len(failing) > 20:
                 lines.append(f"  … and {len(failing) - 20} more")
             raise RewardFailure(f"{len(failing)} of {len(outcomes)} samples failed ({name})", lines)
+
+
+class EvaluationsModule(pytest.File):
+    """The module of ``Evaluation`` classes listed in ini ``reward_evaluations`` (imported by name, not collected
+    as a test module): it yields only the listed classes."""
+
+    def __init__(self, *, module: Any, classes: list[tuple[str, type]], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.obj = module
+        self.classes = classes
+
+    def collect(self) -> Iterator[pytest.Item]:
+        for name, cls in self.classes:
+            yield evaluation_item(self, name, cls)
 
 
 def evaluation_item(collector: pytest.Collector, name: str, cls: type) -> EvaluationItem:

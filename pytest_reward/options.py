@@ -70,6 +70,14 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         None,
+        "reward_evaluations",
+        "args",
+        [],
+        "Evaluation classes to run besides those defined in test modules: package.module:Class or "
+        "path/to/file.py::Class (one per entry).",
+    ),
+    Option(
+        None,
         "reward_samples_glob",
         "args",
         [],
@@ -372,6 +380,7 @@ class Settings:
     samples: tuple[Path, ...] = ()
     fn_specs: tuple[str, ...] = ()
     reward_modules: tuple[str, ...] = ()
+    evaluations: tuple[str, ...] = ()
     samples_glob: tuple[str, ...] = ()
     defaults: Gates = field(default_factory=Gates)
     granularity: str = "auto"
@@ -542,6 +551,7 @@ def resolve(config: pytest.Config) -> Settings:
         samples=samples,
         fn_specs=tuple(values["reward_fn"][0]),
         reward_modules=tuple(values["reward_modules"][0]),
+        evaluations=tuple(values["reward_evaluations"][0]),
         samples_glob=tuple(values["reward_samples_glob"][0]),
         defaults=defaults,
         granularity=values["reward_granularity"][0],

@@ -114,9 +114,13 @@ def pytest_collection(session: pytest.Session) -> None:
 def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
 ) -> None:
-    """Without a model, items that need one are a usage error up front (not N fixture errors)."""
+    """Adds the evaluations listed in ini (before ``-k``/``-m`` deselection, hence ``tryfirst``); without a
+    model, items that need one are a usage error up front (not N fixture errors)."""
     rs = _state(config)
-    if rs is None or rs.settings.model or not items:
+    if rs is None:
+        return
+    items.extend(rs.listed_evaluations(session, {item.nodeid for item in items}))
+    if rs.settings.model or not items:
         return
     from .session import MODEL_MISSING
 

@@ -259,6 +259,33 @@ class RewardSession:
         assert self.registry is not None
         return self.registry.for_file(path, explicit=explicit, globbed=globbed)
 
+    def listed_evaluations(self, session: pytest.Session, known: set[str]) -> list[pytest.Item]:
+        """Items of the ``Evaluation`` classes listed in ini ``reward_evaluations`` (those not already collected
+        from a test module), collected through pytest's own reporting so that they count and show as usual."""
+        if not self.settings.evaluations:
+            return []
+        from .discovery import DiscoveryError, load_evaluation_spec
+        from .items import EvaluationsModule
+
+        config = self.config
+        by_module: dict[str, tuple[Any, list[tuple[str, type]]]] = {}
+        for spec in self.settings.evaluations:
+            try:
+                module, cls = load_evaluation_spec(
+                    spec, config.rootpath, config.invocation_params.dir, config.getoption("importmode")
+                )
+            except DiscoveryError as exc:
+                raise pytest.UsageError(str(exc)) from None
+            entry = by_module.setdefault(module.__name__, (module, []))
+            if (cls.__name__, cls) not in entry[1]:
+                entry[1].append((cls.__name__, cls))
+        items: list[pytest.Item] = []
+        for module, classes in by_module.values():
+            path = Path(module.__file__ or config.rootpath / module.__name__)
+            collector = EvaluationsModule.from_parent(session, path=path, module=module, classes=classes)
+            items.extend(i for i in session.genitems(collector) if i.nodeid not in known)
+        return items
+
     def rel(self, path: Path) -> str:
         try:
             return path.resolve().relative_to(self.config.rootpath.resolve()).as_posix()

@@ -18,14 +18,19 @@ __all__ = ["render_table", "write_summary"]
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
-    return "–" if value is None else f"{value:.{digits}f}"
+    """Fixed decimals for reward-sized numbers; four significant digits for large ones (perplexities)."""
+    if value is None:
+        return "–"
+    if abs(value) >= 10_000:
+        return f"{value:.4g}"
+    return f"{value:.{digits}f}"
 
 
 def _ci(report: GroupReport) -> str:
     ci = report.summary.mean_ci
     if ci is None:
         return "–"
-    return f"[{ci['low']:.3f}, {ci['high']:.3f}]"
+    return f"[{_fmt(ci['low'])}, {_fmt(ci['high'])}]"
 
 
 def _verdict_style(verdict: str) -> str:
@@ -39,8 +44,8 @@ def render_table(reports: list[GroupReport], *, markup: bool, width: int) -> str
 
     console = _console(markup, width)
     table = Table(box=box.SIMPLE_HEAD if markup else box.ASCII2, show_edge=False, pad_edge=False)
-    table.add_column("function", overflow="fold")
-    table.add_column("samples", overflow="fold")
+    table.add_column("function", no_wrap=True)
+    table.add_column("samples", no_wrap=True)
     for name in ("n", "mean", "min", "p10", "pass rate"):
         table.add_column(name, justify="right", no_wrap=True)
     table.add_column("95% CI of mean", justify="right", no_wrap=True)
@@ -60,8 +65,25 @@ def render_table(reports: list[GroupReport], *, markup: bool, width: int) -> str
             _ci(r),
             f"[{_verdict_style(r.verdict)}]{r.verdict}[/]",
         )
+    if console.measure(table, options=console.options.update_width(100_000)).maximum > width:
+        # Too narrow for the table: one line per function × file (wrapping, never cutting a name or a number).
+        return "".join(_narrow_line(r, markup) + "\n" for r in reports)
     console.print(table)
     return console.file.getvalue()  # type: ignore[attr-defined]
+
+
+def _narrow_line(r: GroupReport, markup: bool) -> str:
+    s = r.summary
+    n = f"{s.n}" + (f" ({s.n_errors} err)" if s.n_errors else "")
+    rate = "–" if s.pass_rate is None else f"{s.pass_rate:.1%}"
+    verdict = f"{r.verdict:<7}"
+    if markup:
+        style = {"PASS": "\x1b[1;32m", "FAIL": "\x1b[1;31m"}.get(r.verdict, "\x1b[33m")
+        verdict = f"{style}{verdict}\x1b[0m"
+    return (
+        f"{verdict} {r.function} on {r.file}: n={n} mean {_fmt(s.mean)} (95% CI {_ci(r)}) min {_fmt(s.min)} "
+        f"p10 {_fmt(s.p10)} pass rate {rate}"
+    )
 
 
 def _terminal_width() -> int:

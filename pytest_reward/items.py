@@ -531,6 +531,7 @@ class SamplesFile(pytest.File):
                 file_label=label,
                 groups=list(groups.values()),
             )
+        fixtureinfo = None
         for fn in functions:
             invoker = Invoker(fn, label, runs=settings.runs)
             batch = (
@@ -541,10 +542,16 @@ class SamplesFile(pytest.File):
             for sample in samples:
                 name = f"{fn.name}[{sample.label}]"
                 if sample.prompt_only:
+                    if fixtureinfo is None:
+                        # The same for every rollout item of this file: resolved once, not per item.
+                        fixtureinfo = self.session._fixturemanager.getfixtureinfo(
+                            node=self, func=_needs_model, cls=None
+                        )
                     yield RolloutSampleItem.from_parent(
                         self,
                         name=name,
                         callobj=_needs_model,
+                        fixtureinfo=fixtureinfo,
                         fn=fn,
                         invoker=invoker,
                         sample=sample,
@@ -655,14 +662,15 @@ class RolloutSampleItem(_ModelItem):
                 ) from None
             results.append(result)
             scored.append(scored_sample)
-        merged = merge_runs(results) if len(results) > 1 else results[0]
-        runs = [float(r.score) for r in results] if len(results) > 1 else None
-        outcome = self.invoker.outcome(scored[0], merged, runs=runs, duration=time.perf_counter() - start)
+        merged = merge_runs(results, what="responses") if len(results) > 1 else results[0]
+        # Scores differ across sampled responses by design: kept per response, never reported as flaky runs.
+        outcome = self.invoker.outcome(scored[0], merged, duration=time.perf_counter() - start)
         passes = sum(1 for r in results if judge(r, self.fn.gates, None)[0] == "pass")
         n = len(results)
         outcome.extra.update(
             {
                 "responses": list(responses),
+                "response_scores": [float(r.score) for r in results],
                 "pass@1": pass_at_k(n, passes, 1),
                 f"pass@{n}": pass_at_k(n, passes, n),
                 "best_of_n": max(float(r.score) for r in results),

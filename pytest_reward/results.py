@@ -90,7 +90,7 @@ class SampleOutcome:
         if "runs" in self.extra:
             row["runs"] = self.extra["runs"]
             row["spread"] = self.extra.get("spread")
-        for key in ("responses", "target"):
+        for key in ("responses", "response_scores", "target"):
             if key in self.extra:
                 row[key] = self.extra[key]
         for key, value in self.extra.items():

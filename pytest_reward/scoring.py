@@ -105,8 +105,9 @@ def describe_exception(exc: BaseException) -> str:
     return text if len(text) <= 2000 else text[:2000] + "…"
 
 
-def merge_runs(results: Sequence[EvaluateResult]) -> EvaluateResult:
-    """One result from K runs on the same sample: mean score, mean of each metric present in every run."""
+def merge_runs(results: Sequence[EvaluateResult], what: str = "runs") -> EvaluateResult:
+    """One result from K runs on the same sample (or K responses to the same prompt, ``what="responses"``): mean
+    score, mean of each metric present in every run."""
     from .models import EvaluateResult, MetricResult
 
     k = len(results)
@@ -122,7 +123,7 @@ def merge_runs(results: Sequence[EvaluateResult]) -> EvaluateResult:
     }
     return EvaluateResult(
         score=sum(r.score for r in results) / k,
-        reason=(first.reason + " " if first.reason else "") + f"(mean of {k} runs)",
+        reason=(first.reason + " " if first.reason else "") + f"(mean of {k} {what})",
         metrics=metrics,
         is_score_valid=all(r.is_score_valid for r in results),
         error=next((r.error for r in results if r.error), None),

@@ -473,6 +473,9 @@ def _raw(config: pytest.Config, opt: Option) -> tuple[Any, str]:
         value = config.getini(opt.ini)
         if value not in (None, "", []):
             return value, f"ini {opt.ini}"
+        if value == "" and isinstance(opt.default, str) and opt.default:
+            # Set to empty on purpose (unset reads back the non-empty default): "off", e.g. the jax cache.
+            return "", f"ini {opt.ini}"
     return opt.default, "default"
 
 

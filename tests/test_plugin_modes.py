@@ -223,3 +223,24 @@ def test_file_granularity_does_not_roll_out(project):
     result.stdout.fnmatch_lines(
         ["*s.jsonl:1 ?line-1?  prompt-only sample: file granularity does not roll out*"]
     )
+
+
+@pytest.mark.parametrize(
+    ("ini", "expected"),
+    [("", ".reward/jax-cache"), ("reward_jax_cache_dir =\n", "None"), ("reward_jax_cache_dir = cache\n", "cache")],
+)
+def test_an_empty_jax_cache_dir_in_ini_turns_the_cache_off(project, ini, expected):
+    project.pytester.makeini(f"[pytest]\n{ini}")
+    project.file(
+        "test_settings.py",
+        """
+        from pytest_reward.session import session_key
+
+        def test_show(request):
+            path = request.config.stash[session_key].settings.jax_cache_dir
+            rel = None if path is None else path.relative_to(request.config.rootpath).as_posix()
+            print("CACHE", rel)
+        """,
+    )
+    result = project.run("-s")
+    result.stdout.fnmatch_lines([f"*CACHE {expected}"])

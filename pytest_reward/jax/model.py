@@ -172,10 +172,22 @@ def _embed(params: Params, cfg: ModelConfig, tokens: jax.Array, pos: jax.Array) 
 
 def unembed(params: Params, cfg: ModelConfig, x: jax.Array) -> jax.Array:
     """Final norm and logits: (..., D) -> (..., V) float32."""
-    x = _norm(params["final_norm"], x, cfg)
+    return unembed_slice(params, cfg, final_norm(params, cfg, x), 0, cfg.vocab_size)
+
+
+def final_norm(params: Params, cfg: ModelConfig, x: jax.Array) -> jax.Array:
+    """The norm applied before the unembedding: (..., D) -> (..., D)."""
+    return _norm(params["final_norm"], x, cfg)
+
+
+def unembed_slice(params: Params, cfg: ModelConfig, h: jax.Array, start: int, size: int) -> jax.Array:
+    """Logits of vocabulary ids [start, start + size) from final-normed states: (..., D) -> (..., size) float32."""
     if cfg.tie_embeddings:
-        return (x @ params["embed"].T).astype(jnp.float32)
-    return (x @ params["lm_head"]["w"]).astype(jnp.float32)
+        w = params["embed"] if (start, size) == (0, cfg.vocab_size) else params["embed"][start : start + size]
+        return (h @ w.T).astype(jnp.float32)
+    w = params["lm_head"]["w"]
+    w = w if (start, size) == (0, cfg.vocab_size) else w[:, start : start + size]
+    return (h @ w).astype(jnp.float32)
 
 
 # ---------------------------------------------------------------------------------------------- full forward

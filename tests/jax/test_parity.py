@@ -117,3 +117,30 @@ def test_token_nll_matches_transformers(hf_checkpoints, jobs, name):
     [got] = jobs[name].token_nll([text])
     np.testing.assert_allclose(got, expected, atol=1e-4)
     assert jobs[name].perplexity([text]) == pytest.approx(float(np.exp(expected.mean())), rel=1e-4)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])  # tied and untied unembedding
+def test_chunked_scoring_equals_full_log_softmax(jobs, name):
+    import jax
+
+    from pytest_reward.jax import generate
+
+    job = jobs[name]
+    rng = np.random.default_rng(5)
+    tokens = rng.integers(1, VOCAB, (2, 16)).astype(np.int32)
+    mask = np.ones_like(tokens, bool)
+    mask[1, :5] = False  # a left-padded row
+    targets = rng.integers(0, VOCAB, (2, 16)).astype(np.int32)
+    targets[0, :3] = -1
+    targets[1, 4] = VOCAB - 1  # the last id, in the last (partial) chunk
+    full = jax.nn.log_softmax(np.asarray(generate.logits_jit(job.params, tokens, mask, cfg=job.config)), -1)
+    expected = np.where(
+        targets >= 0, np.take_along_axis(np.asarray(full), np.maximum(targets, 0)[..., None], -1)[..., 0], 0
+    )
+    greedy_expected = (np.asarray(full).argmax(-1) == targets) & (targets >= 0)
+    for chunk in (7, 128, 10**6):
+        logp, greedy = generate.score_jit(
+            job.params, tokens, mask, targets, cfg=job.config, vocab_chunk=chunk
+        )
+        np.testing.assert_allclose(np.asarray(logp), expected, atol=1e-5)
+        assert (np.asarray(greedy) == greedy_expected).all()

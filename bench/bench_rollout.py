@@ -65,6 +65,18 @@ def best(fn: Callable[[], object], reps: int) -> float:
     return min(times)
 
 
+def best_interleaved(fns: dict[str, Callable[[], object]], reps: int) -> dict[str, float]:
+    """Best-of-``reps`` seconds of each function, timed in alternation so that a burst of load from other
+    processes on a shared machine hits every contender alike."""
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(reps):
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t0)
+    return {k: min(v) for k, v in times.items()}
+
+
 def machine() -> str:
     try:
         out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
@@ -97,8 +109,8 @@ def matmul_peak(reps: int) -> float:
     return max(np_gf, jx_gf)
 
 
-def hf_generate_seconds(hf, tokens: np.ndarray, mask: np.ndarray, new: int, reps: int) -> float:
-    """transformers greedy generate of exactly ``new`` tokens for a left-padded batch (best of ``reps``)."""
+def hf_generate_fn(hf, tokens: np.ndarray, mask: np.ndarray, new: int) -> Callable[[], object]:
+    """transformers greedy generate of exactly ``new`` tokens for a left-padded batch (warmed up)."""
     import torch
 
     x = torch.tensor(tokens, dtype=torch.long)
@@ -107,10 +119,15 @@ def hf_generate_seconds(hf, tokens: np.ndarray, mask: np.ndarray, new: int, reps
         max_new_tokens=new,
         min_new_tokens=new,
         do_sample=False,
+        pad_token_id=0,
     )
-    with torch.no_grad():
-        hf.generate(x, **kw, pad_token_id=0)  # warm-up
-        return best(lambda: hf.generate(x, **kw, pad_token_id=0), reps)
+
+    def run() -> object:
+        with torch.no_grad():
+            return hf.generate(x, **kw)
+
+    run()
+    return run
 
 
 def rollout_bench(
@@ -123,23 +140,28 @@ def rollout_bench(
     job.generate_tokens(prompts, new, ignore_eos=True)
     first = time.perf_counter() - t0
     compile_s = job.stats.compile_seconds
-    steady = best(lambda: job.generate_tokens(prompts, new, ignore_eos=True), reps)
     job.generate_tokens(prompts, 1, ignore_eos=True)  # compile the 1-token variant outside the timing
-    prefill = best(lambda: job.generate_tokens(prompts, 1, ignore_eos=True), reps)
-    ours = B * new / steady
+    t = best_interleaved(
+        {
+            "ours": lambda: job.generate_tokens(prompts, new, ignore_eos=True),
+            "prefill": lambda: job.generate_tokens(prompts, 1, ignore_eos=True),
+            "hf": hf_generate_fn(hf, *job.pad(prompts, 0), new),
+        },
+        reps,
+    )
+    ours = B * new / t["ours"]
     say(
         f"- ours: first call {first:.2f} s (of which lowering + XLA compile {compile_s:.2f} s), steady state "
-        f"(best of {reps}) {steady:.3f} s -> **{ours:.0f} new tok/s** (load {os.getloadavg()[0]:.2f})"
+        f"{t['ours']:.3f} s -> **{ours:.0f} new tok/s**"
     )
-    step = (steady - prefill) / (new - 1)
+    step = (t["ours"] - t["prefill"]) / (new - 1)
     P = max(map(len, prompts))
     P_bucket = max(16, 1 << (P - 1).bit_length())
     slots = P_bucket + max(16, 1 << (new - 1).bit_length())
-    step_flops = B * job.config.matmul_flops_per_token(slots)
-    gfs = step_flops / step / 1e9
+    gfs = B * job.config.matmul_flops_per_token(slots) / step / 1e9
     say(
         f"- decode step: {step * 1e3:.1f} ms ({B} rows, {slots} cache slots), {gfs:.1f} GFLOP/s = "
-        f"**{100 * gfs / peak:.0f} % of matmul peak** (prefill + first token {prefill:.3f} s)"
+        f"**{100 * gfs / peak:.0f} % of matmul peak** (prefill + first token {t['prefill']:.3f} s)"
     )
     out = {
         "ours_tok_s": ours,
@@ -148,12 +170,12 @@ def rollout_bench(
         "step_ms": step * 1e3,
         "step_gfs": gfs,
     }
-    hf_s = hf_generate_seconds(hf, *job.pad(prompts, 0), new, max(1, reps - 1))
-    out["hf_tok_s"] = B * new / hf_s
+    out["hf_tok_s"] = B * new / t["hf"]
     say(
-        f"- transformers generate: {hf_s:.2f} s -> {out['hf_tok_s']:.0f} new tok/s; "
+        f"- transformers generate: {t['hf']:.2f} s -> {out['hf_tok_s']:.0f} new tok/s; "
         f"**ratio {ours / out['hf_tok_s']:.2f}x** (target >= 2x)"
     )
+    say(f"- (best of {reps} alternating runs of each; load average {os.getloadavg()[0]:.2f} after)")
     return out
 
 
@@ -188,14 +210,6 @@ def forward_bench(job: InferenceJob, hf, peak: float, reps: int) -> dict:
     t0 = time.perf_counter()
     job.token_nll(texts)
     first = time.perf_counter() - t0
-    steady = best(lambda: job.token_nll(texts), reps)
-    ours = B * T / steady
-    flops = B * T * job.config.matmul_flops_per_token(T)
-    gfs = flops / steady / 1e9
-    say(
-        f"- ours: first call {first:.2f} s (compile {job.stats.compile_seconds:.2f} s), steady {steady:.3f} s -> "
-        f"**{ours:.0f} tok/s**, {gfs:.0f} GFLOP/s = **{100 * gfs / peak:.0f} % of matmul peak** (target >= 65 %)"
-    )
     seqs = [[256, *ByteTokenizer().encode(t)] for t in texts]
     x = torch.tensor([s[:-1] for s in seqs])
     y = torch.tensor([s[1:] for s in seqs])
@@ -205,14 +219,21 @@ def forward_bench(job: InferenceJob, hf, peak: float, reps: int) -> dict:
             logp = torch.log_softmax(hf(x).logits, -1)
             return -logp.gather(-1, y[..., None])[..., 0]
 
-    hf_forward()
-    hf_s = best(hf_forward, reps)
     ref = hf_forward().numpy()
+    t = best_interleaved({"ours": lambda: job.token_nll(texts), "hf": hf_forward}, reps)
+    steady, hf_s = t["ours"], t["hf"]
+    ours = B * T / steady
+    gfs = B * T * job.config.matmul_flops_per_token(T) / steady / 1e9
+    say(
+        f"- ours: first call {first:.2f} s (compile {job.stats.compile_seconds:.2f} s), steady {steady:.3f} s -> "
+        f"**{ours:.0f} tok/s**, {gfs:.0f} GFLOP/s = **{100 * gfs / peak:.0f} % of matmul peak** (target >= 65 %)"
+    )
     diff = float(np.abs(np.stack(job.token_nll(texts)) - ref).max())
     say(
         f"- transformers forward + log_softmax: {hf_s:.3f} s -> {B * T / hf_s:.0f} tok/s; "
         f"**ratio {hf_s / steady:.2f}x** (target >= 1.3x); max |nll diff| {diff:.1e}"
     )
+    say(f"- (best of {reps} alternating runs of each; load average {os.getloadavg()[0]:.2f} after)")
     return {"ours_tok_s": ours, "hf_tok_s": B * T / hf_s, "gfs": gfs}
 
 
@@ -256,7 +277,7 @@ def main() -> None:
     global machine_line, torch_version
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="skip the GPT-2-small naive no-cache loop")
-    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--reps", type=int, default=5)
     p.add_argument("--results", type=Path, help="write our section of this RESULTS.md")
     p.add_argument(
         "--wait-quiet", type=float, default=0.0, metavar="MIN", help="wait up to MIN minutes for load < 1"

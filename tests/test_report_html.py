@@ -29,6 +29,10 @@ import pytest
 
 from pytest_reward.report.html import render_html
 
+# Starting Chromium forks and immediately execs: safe, though jax (imported by other tests in this process) warns
+# about any fork.
+pytestmark = pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")
+
 DATA = Path(__file__).parent / "data" / "report_summary.json"
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
 

@@ -13,7 +13,7 @@ import pytest
 from _pytest._code.code import ExceptionInfo, TerminalRepr
 from _pytest._io import TerminalWriter
 
-from .results import BELOW, FAIL, GroupAccumulator, SampleOutcome
+from .results import BELOW, FAIL, GroupAccumulator, SampleOutcome, row_json
 from .samples import Sample, SampleError, count_lines, iter_samples
 from .scoring import InvalidResult, Invoker, describe_exception, error_outcome
 from .session import REWARD_DATA, RewardSession, session_key
@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 __all__ = ["FileItem", "LineErrorItem", "SampleItem", "SamplesFile"]
 
 _PACKAGE_DIR = str(Path(__file__).resolve().parent)
-_ROW_JSON = json.JSONEncoder(ensure_ascii=False).encode
 
 
 class RewardFailure(Exception):
@@ -341,6 +340,7 @@ class FileItem(_RewardItem):
         record = RecordColumns() if settings.needs_record else None
         invoker = self.invoker
         invoker.light = True  # key and excerpt only for the outcomes kept below
+        pending: list[str] = []  # rows written in blocks, not one write call per sample
         try:
             for outcome in self._outcomes():
                 acc.add(outcome)
@@ -348,7 +348,10 @@ class FileItem(_RewardItem):
                 if rows is not None or record is not None:
                     invoker.fill_key(outcome)
                 if rows is not None:
-                    rows.write(_ROW_JSON(outcome.row(text=False)) + "\n")
+                    pending.append(row_json(outcome))
+                    if len(pending) >= 4096:
+                        rows.write("\n".join(pending) + "\n")
+                        pending.clear()
                 if record is not None:
                     record.add(outcome)
                 if outcome.verdict == FAIL:
@@ -362,6 +365,8 @@ class FileItem(_RewardItem):
                         del lowest[self.WORST :]
         finally:
             if rows is not None:
+                if pending:
+                    rows.write("\n".join(pending) + "\n")
                 rows.close()
         lowest.sort(key=_by_score)
         summary = acc.summary(seed=settings.seed, n_resamples=settings.n_resamples)

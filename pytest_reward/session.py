@@ -86,8 +86,10 @@ class GroupReport:
     def write_rows(self, fh: IO[str]) -> None:
         """Write every row as JSON lines; file-granularity rows are copied as they were streamed (no re-encoding)."""
         if self.complete_outcomes:
+            from .results import row_json
+
             for outcome in sorted(self.outcomes, key=lambda o: o.line):
-                fh.write(_ROW_JSON(outcome.row(text=False)) + "\n")
+                fh.write(row_json(outcome) + "\n")
         elif self.rows_file is not None:
             import shutil
 
@@ -620,7 +622,6 @@ class RewardSession:
         return errors
 
 
-_ROW_JSON = json.JSONEncoder(ensure_ascii=False).encode
 _SHIPPED_MODELS = Path(__file__).resolve().parent / "jax" / "models"
 
 

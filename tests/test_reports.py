@@ -7,6 +7,10 @@ import subprocess
 import xml.etree.ElementTree as ET
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pytest_reward.results import SampleOutcome, row_json
 
 from .conftest import msgs
 
@@ -264,3 +268,29 @@ def test_a_terminal_too_narrow_for_the_table_gets_one_whole_line_per_group(proje
     monkeypatch.setenv("COLUMNS", "240")
     result = project.run("--reward-samples", "s.jsonl")
     result.stdout.fnmatch_lines(["value * s.jsonl * 4 * 3.086e+04 * 0.500 * 0.530 * 100.0% * [[]0.550, 9.259e+04] * PASS*"])
+
+
+_finite = st.floats(allow_nan=False, allow_infinity=False)
+_any_float = st.floats()  # NaN and infinities too: they must take the generic path, not break it
+
+
+@given(
+    st.builds(
+        SampleOutcome,
+        function=st.text(),
+        file=st.text(),
+        line=st.integers(0, 10**9) | st.booleans(),
+        sample_id=st.text() | st.none(),
+        key=st.text(),
+        verdict=st.sampled_from(["pass", "below", "fail"]),
+        score=st.none() | _finite | _any_float | st.integers(-5, 5),
+        reason=st.none() | st.text(),
+        metrics=st.dictionaries(st.text(), st.fixed_dictionaries({"score": _finite | _any_float})),
+        error=st.none() | st.text(),
+        failures=st.lists(st.text(), max_size=3),
+        duration=st.floats(0, 1e6),
+        extra=st.just({}) | st.fixed_dictionaries({"responses": st.lists(st.text(), max_size=2)}),
+    )
+)
+def test_fast_row_encoding_is_the_row_as_json(outcome):
+    assert row_json(outcome) == json.dumps(outcome.row(text=False), ensure_ascii=False)

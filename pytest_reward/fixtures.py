@@ -8,7 +8,7 @@ import pytest
 
 from .session import session_key
 
-__all__ = ["inference_job"]
+__all__ = ["inference_job", "overrides_inference_job"]
 
 
 @pytest.fixture(scope="session")
@@ -18,3 +18,14 @@ def inference_job(request: pytest.FixtureRequest) -> Any:
     ``--reward-tokenizer`` and ``--reward-max-batch``. Override it in a ``conftest.py`` to build your own; prompt-only
     samples and ``Evaluation`` items use whatever this fixture returns."""
     return request.config.stash[session_key].inference_job()
+
+
+def overrides_inference_job(config: pytest.Config, module: Any = None) -> bool:
+    """A conftest (or the test ``module``) defines its own ``inference_job`` fixture."""
+    if module is not None and hasattr(module, "inference_job"):
+        return True
+    for plugin in config.pluginmanager.get_plugins():
+        fixture = getattr(plugin, "inference_job", None)
+        if fixture is not None and fixture is not inference_job:
+            return True
+    return False

@@ -114,17 +114,15 @@ def _apply_marks(item: pytest.Item, fn: RewardFn) -> None:
         item.add_marker(getattr(pytest.mark, mark.name)(*mark.args, **mark.kwargs))
 
 
-class _RewardItem(pytest.Item):
-    """Behaviour shared by our items: location at the JSONL line, reward data for the reports."""
+class _Located:
+    """Behaviour shared by all our items (plain or fixture-using): location at the JSONL line, crash reports
+    with the user's frames only, reward data for the reports."""
 
     lineno: int = 0
-
-    @classmethod
-    def from_parent(cls, parent: pytest.Collector, **kw: Any) -> Any:  # type: ignore[override]
-        # pytest >= 9.2 parses "name[params]" out of string node ids; give it the string form so that the
-        # structured id of the item equals the one parsed back from --lf caches, --deselect, etc.
-        kw.setdefault("nodeid", f"{parent.nodeid}::{kw['name']}")
-        return super().from_parent(parent, **kw)
+    path: Path
+    name: str
+    config: pytest.Config
+    stash: Any
 
     def reportinfo(self) -> tuple[Path, int, str]:
         # Not a suffix of the node id: pytest would otherwise show "relevance.evaluate" as "relevance::evaluate".
@@ -146,6 +144,17 @@ class _RewardItem(pytest.Item):
 
     def set_reward_data(self, data: dict[str, Any]) -> None:
         self.stash[REWARD_DATA] = data
+
+
+class _RewardItem(_Located, pytest.Item):
+    """A plain item (no fixtures): cheap to build by the thousand."""
+
+    @classmethod
+    def from_parent(cls, parent: pytest.Collector, **kw: Any) -> Any:  # type: ignore[override]
+        # pytest >= 9.2 parses "name[params]" out of string node ids; give it the string form so that the
+        # structured id of the item equals the one parsed back from --lf caches, --deselect, etc.
+        kw.setdefault("nodeid", f"{parent.nodeid}::{kw['name']}")
+        return super().from_parent(parent, **kw)
 
 
 class SampleItem(_RewardItem):
@@ -271,61 +280,109 @@ class LineErrorItem(_RewardItem):
         return super().repr_failure(excinfo)
 
 
-class FileItem(_RewardItem):
-    """One reward function on a whole samples file, streamed; fails listing the failing samples."""
+_NO_MODEL = (
+    "no model to roll it out: pass --reward-model PATH_OR_NAME, set ini reward_model, or define an "
+    "inference_job fixture in conftest.py"
+)
+
+
+class _FileRun:
+    """One reward function on a whole samples file, streamed; fails listing the failing samples.
+
+    Prompt-only samples are rolled out in the pool's chunks as the stream reaches them (when the item has a
+    model: :class:`ModelFileItem`), scored, and the chunk handed on to the other functions of the file."""
 
     WORST = 20
+    SEGMENT = 4096
+    """Samples with responses are scored in segments of about this many (memory stays flat)."""
+
+    fn: RewardFn
+    invoker: Invoker
+    rs: RewardSession
+    path: Path
 
     def __init__(self, *, fn: RewardFn, invoker: Invoker, rs: RewardSession, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.fn = fn
         self.invoker = invoker
         self.rs = rs
-        _apply_marks(self, fn)
+        _apply_marks(self, fn)  # type: ignore[arg-type]
+
+    def _job(self) -> Any:
+        """The model that rolls out prompt-only samples (only called when ``rollout_settings`` is not None)."""
+        raise NotImplementedError
+
+    def rollout_settings(self) -> Any:
+        """How this item's function has prompt-only samples rolled out; None: it has no model to do it."""
+        return None
 
     def _outcomes(self) -> Iterator[SampleOutcome]:
         settings = self.rs.settings
         fn_name, label = self.fn.name, self.invoker.file_label
-        errors: list[SampleError] = []
         seen_ids: dict[str, int] = {}
+        segment = self.SEGMENT
+        if self.invoker.batch:  # whole batches of a batch-mode function
+            batch = max(1, settings.batch_size)
+            segment = batch * max(1, segment // batch)
+        rolling = self.rollout_settings()
+        chunk_size = self.rs.rollouts.chunk_size if rolling is not None else 0
+        answered: list[Sample] = []
+        prompts: list[Sample] = []
+        chunk_index = 0
 
-        def good_samples() -> Iterator[Sample]:
-            for record in iter_samples(self.path, max_line_bytes=settings.max_line_bytes):
-                if isinstance(record, SampleError):
-                    errors.append(record)
-                    continue
-                if record.id is not None:
-                    first = seen_ids.setdefault(record.id, record.line)
-                    if first != record.line:
-                        errors.append(
-                            SampleError(
-                                record.path,
-                                record.line,
-                                f"duplicate id {record.id!r} (first at line {first})",
-                            )
-                        )
-                        continue
-                if record.prompt_only:
-                    errors.append(
-                        SampleError(
-                            record.path,
-                            record.line,
-                            "prompt-only sample: file granularity does not roll out; score it with "
-                            "--reward-granularity sample and --reward-model",
-                        )
-                    )
-                    continue
-                yield record
+        def score(samples: list[Sample]) -> Iterator[SampleOutcome]:
+            if samples:
+                yield from self.invoker.score_stream(
+                    samples, workers=settings.workers, chunk=settings.batch_size
+                )
 
-        for outcome in self.invoker.score_stream(
-            good_samples(), workers=settings.workers, chunk=settings.batch_size
-        ):
-            while errors:
-                err = errors.pop(0)
-                yield error_outcome(fn_name, label, err, err.message)
-            yield outcome
-        for err in errors:
-            yield error_outcome(fn_name, label, err, err.message)
+        for record in iter_samples(self.path, max_line_bytes=settings.max_line_bytes):
+            problem = None
+            if isinstance(record, SampleError):
+                problem = record.message
+            elif record.id is not None:
+                first = seen_ids.setdefault(record.id, record.line)
+                if first != record.line:
+                    problem = f"duplicate id {record.id!r} (first at line {first})"
+            if problem is None and rolling is None and record.prompt_only:  # type: ignore[union-attr]
+                problem = f"prompt-only sample: {_NO_MODEL}"
+            if problem is not None:
+                yield from score(answered)  # rows stay in file order
+                answered = []
+                yield error_outcome(fn_name, label, record, problem)
+                continue
+            assert isinstance(record, Sample)
+            if record.prompt_only:
+                prompts.append(record)
+                if len(prompts) == chunk_size:
+                    yield from score(answered)  # keep rows roughly in file order
+                    answered = []
+                    yield from self._roll(prompts, chunk_index, rolling)
+                    prompts = []
+                    chunk_index += 1
+                continue
+            answered.append(record)
+            if len(answered) >= segment:
+                yield from score(answered)
+                answered = []
+        yield from score(answered)
+        if prompts:
+            yield from self._roll(prompts, chunk_index, rolling)  # type: ignore[arg-type]
+
+    def _roll(self, samples: list[Sample], index: int, rolling: Any) -> Iterator[SampleOutcome]:
+        from .rollouts import score_responses
+
+        label, pool = self.invoker.file_label, self.rs.rollouts
+        try:
+            responses = pool.chunk(self._job(), label, index, samples, rolling)
+        except (ValueError, RuntimeError) as exc:  # e.g. a prompt longer than the model's context
+            for sample in samples:
+                yield self.invoker.outcome(sample, None, error=f"rollout failed: {exc}")
+            return
+        finally:
+            pool.consumed(label, index, rolling)
+        for sample, texts in zip(samples, responses, strict=True):
+            yield score_responses(self.invoker, sample, texts)
 
     def runtest(self) -> None:
         __tracebackhide__ = True
@@ -404,7 +461,9 @@ class FileItem(_RewardItem):
     def repr_failure(self, excinfo: ExceptionInfo[BaseException], style: Any = None) -> str | TerminalRepr:
         if isinstance(excinfo.value, RewardFailure):
             return RewardRepr(excinfo.value.headline, excinfo.value.details, None, (str(self.path), 0))
-        return self._crash_repr(
+        if isinstance(excinfo.value, pytest.fail.Exception) and not excinfo.value.pytrace:
+            return str(excinfo.value)  # e.g. the inference_job fixture could not load the model
+        return self._crash_repr(  # type: ignore[attr-defined]
             excinfo, f"{self.fn.name} on {self.invoker.file_label}: {describe_exception(excinfo.value)}", []
         )
 
@@ -494,12 +553,35 @@ class SamplesFile(pytest.File):
             lines = count_lines(self.path, limit=settings.max_items_per_file)
             granularity = "sample" if lines <= settings.max_items_per_file else "file"
         if granularity == "file":
+            yield from self._file_items(rs, functions, label)
+            return
+        yield from self._sample_items(rs, functions, label)
+
+    def _file_items(self, rs: RewardSession, functions: list[RewardFn], label: str) -> Iterator[pytest.Item]:
+        from .fixtures import overrides_inference_job
+
+        settings = rs.settings
+        if not (settings.model or overrides_inference_job(self.config)):
             for fn in functions:
                 yield FileItem.from_parent(
                     self, name=fn.name, fn=fn, invoker=Invoker(fn, label, runs=settings.runs), rs=rs
                 )
             return
-        yield from self._sample_items(rs, functions, label)
+        # A model is at hand: items that can roll out the file's prompt-only samples, if it has any (the file is
+        # not read at collection; the model is loaded only when a prompt-only sample is met).
+        fixtureinfo = self.session._fixturemanager.getfixtureinfo(node=self, func=_lazy_model, cls=None)
+        for fn in functions:
+            item = ModelFileItem.from_parent(
+                self,
+                name=fn.name,
+                callobj=_lazy_model,
+                fixtureinfo=fixtureinfo,
+                fn=fn,
+                invoker=Invoker(fn, label, runs=settings.runs),
+                rs=rs,
+            )
+            rs.rollouts.expect_reader(label, item.rollout_settings())
+            yield item
 
     def _sample_items(
         self, rs: RewardSession, functions: list[RewardFn], label: str
@@ -588,16 +670,8 @@ def _set_string_node_id(item: pytest.Item, nodeid: str) -> None:
     item._id = coerce_node_id(nodeid)  # type: ignore[attr-defined]
 
 
-class _ModelItem(pytest.Function):
+class _ModelItem(_Located, pytest.Function):
     """A ``pytest.Function`` (so that it can use fixtures) reporting like our other items."""
-
-    lineno: int = 0
-
-    def reportinfo(self) -> tuple[Path, int, str]:
-        return self.path, self.lineno, f"{self.name} ({self.path.name}:{self.lineno + 1})"
-
-    def set_reward_data(self, data: dict[str, Any]) -> None:
-        self.stash[REWARD_DATA] = data
 
     def repr_failure(self, excinfo: ExceptionInfo[BaseException], style: Any = None) -> str | TerminalRepr:  # type: ignore[override]
         if isinstance(excinfo.value, RewardFailure):
@@ -613,6 +687,29 @@ class _ModelItem(pytest.Function):
             inner,
             (str(self.path), self.lineno),
         )
+
+
+class FileItem(_FileRun, _RewardItem):
+    """A reward function on a whole samples file, without a model (prompt-only samples are line errors)."""
+
+
+def _lazy_model(request: Any) -> None:
+    """Stand-in test function of file items that may need the model: the ``inference_job`` fixture is asked
+    for only when the stream meets a prompt-only sample (a file without any never loads the model)."""
+
+
+class ModelFileItem(_FileRun, _ModelItem):
+    """A reward function on a whole samples file, rolling out its prompt-only samples with ``inference_job``."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        _set_string_node_id(self, f"{self.parent.nodeid}::{self.name}")  # type: ignore[union-attr]
+
+    def _job(self) -> Any:
+        return self._request.getfixturevalue("inference_job")
+
+    def rollout_settings(self) -> Any:
+        return self.rs.rollout_settings(self.fn.gates.rollout_map)
 
 
 class RolloutSampleItem(_ModelItem):
@@ -632,11 +729,7 @@ class RolloutSampleItem(_ModelItem):
 
     def runtest(self) -> None:
         __tracebackhide__ = True
-        from dataclasses import replace
-
-        from .results import judge
-        from .rollouts import pass_at_k
-        from .scoring import merge_runs
+        from .rollouts import score_responses
 
         rs = self.config.stash[session_key]
         job = self.funcargs["inference_job"]
@@ -651,44 +744,14 @@ class RolloutSampleItem(_ModelItem):
             raise RewardFailure(
                 outcome.failures[0], describe_outcome(outcome, self.fn, self.config.get_verbosity())
             ) from None
-        conversation = list(sample.messages or [{"role": "user", "content": sample.prompt or ""}])
-        results, scored = [], []
-        for text in responses:
-            scored_sample = replace(
-                sample, messages=[*conversation, {"role": "assistant", "content": text}], prompt=None
-            )
-            try:
-                result, _ = self.invoker.call(scored_sample)
-            except InvalidResult as exc:
-                outcome = self.invoker.outcome(scored_sample, None, error=str(exc).splitlines()[0])
-                self._record(outcome, responses)
-                raise RewardFailure(
-                    outcome.failures[0], describe_outcome(outcome, self.fn, self.config.get_verbosity())
-                ) from None
-            results.append(result)
-            scored.append(scored_sample)
-        merged = merge_runs(results, what="responses") if len(results) > 1 else results[0]
-        # Scores differ across sampled responses by design: kept per response, never reported as flaky runs.
-        outcome = self.invoker.outcome(scored[0], merged, duration=time.perf_counter() - start)
-        passes = sum(1 for r in results if judge(r, self.fn.gates, None)[0] == "pass")
-        n = len(results)
-        outcome.extra.update(
-            {
-                "responses": list(responses),
-                "response_scores": [float(r.score) for r in results],
-                "pass@1": pass_at_k(n, passes, 1),
-                f"pass@{n}": pass_at_k(n, passes, n),
-                "best_of_n": max(float(r.score) for r in results),
-                "n": n,
-            }
-        )
-        self._record(outcome, responses)
+        outcome = score_responses(self.invoker, sample, responses, catch=False, start=start)
+        self._record(outcome)
         if outcome.verdict == FAIL:
             raise RewardFailure(
                 outcome.failures[0], describe_outcome(outcome, self.fn, self.config.get_verbosity())
             )
 
-    def _record(self, outcome: SampleOutcome, responses: Sequence[str] = ()) -> None:
+    def _record(self, outcome: SampleOutcome) -> None:
         if outcome.score is not None:
             self.user_properties.append(("reward.score", outcome.score))
         self.user_properties.append(("reward.verdict", outcome.verdict))

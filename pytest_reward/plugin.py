@@ -122,25 +122,14 @@ def pytest_collection_modifyitems(
     items.extend(rs.listed_evaluations(session, {item.nodeid for item in items}))
     if rs.settings.model or not items:
         return
+    from .fixtures import overrides_inference_job
     from .session import MODEL_MISSING
 
     for item in items:
-        if "inference_job" in getattr(item, "fixturenames", ()) and not _overrides_inference_job(item):
+        if "inference_job" in getattr(item, "fixturenames", ()) and not overrides_inference_job(
+            config, getattr(item, "module", None)
+        ):
             raise pytest.UsageError(f"{item.nodeid}: {MODEL_MISSING}")
-
-
-def _overrides_inference_job(item: pytest.Item) -> bool:
-    """A conftest or test module defines its own ``inference_job`` fixture for this item."""
-    module = getattr(item, "module", None)
-    if module is not None and hasattr(module, "inference_job"):
-        return True
-    from .fixtures import inference_job as ours
-
-    for plugin in item.config.pluginmanager.get_plugins():
-        fixture = getattr(plugin, "inference_job", None)
-        if fixture is not None and fixture is not ours:
-            return True
-    return False
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:

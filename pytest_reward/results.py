@@ -359,7 +359,7 @@ class GroupAccumulator:
         self.n += 1
         if "pass@1" in outcome.extra:
             n = outcome.extra["n"]
-            for key in ("pass@1", f"pass@{n}", "best_of_n"):
+            for key in dict.fromkeys(("pass@1", f"pass@{n}", "best_of_n")):  # n = 1: pass@1 once
                 self.rollout_sums[key] = self.rollout_sums.get(key, 0.0) + float(outcome.extra[key])
             self.rollout_counts[n] = self.rollout_counts.get(n, 0) + 1
         if self.flaky_spread is not None and outcome.extra.get("spread", 0.0) > self.flaky_spread:

@@ -160,7 +160,8 @@ def test_quiet_modes(project):
 
 def test_plugin_is_inert_in_unrelated_projects(pytester):
     pytester.makepyfile(test_plain="def test_ok():\n    assert True\n")
-    result = pytester.runpytest()
+    # (the warning filter: in-process runs under ``.venv/bin/pytest`` see pytest_reward already imported)
+    result = pytester.runpytest("-W", "ignore::pytest.PytestAssertRewriteWarning")
     result.assert_outcomes(passed=1)
     assert "reward" not in result.stdout.str().split("collected")[1]
 

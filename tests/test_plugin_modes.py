@@ -40,6 +40,20 @@ def test_file_granularity_one_item_per_function_listing_failures(project):
     collected.stdout.fnmatch_lines(["s.jsonl::length"])
 
 
+def test_file_granularity_scores_in_segments_keeping_file_order(project, monkeypatch):
+    from pytest_reward.items import FileItem
+
+    monkeypatch.setattr(FileItem, "SEGMENT", 3)  # in-process run: segments of 3 samples
+    project.file("rewards.py", LENGTH)
+    rows = [{"id": f"s{i}", "messages": msgs("q", "x" * i)} for i in range(10)]
+    project.jsonl("s.jsonl", [*rows[:4], "not json", *rows[4:], {"id": "s2", "messages": msgs("q", "dup")}])
+    project.run("--reward-samples", "s.jsonl", "--reward-granularity", "file", "--reward-report", "out")
+    out = [json.loads(line) for line in (project.path / "out" / "results.jsonl").read_text().splitlines()]
+    assert [r["line"] for r in out] == list(range(1, 13))
+    assert [r["score"] for r in out if r["error"] is None] == [min(1.0, i / 10) for i in range(10)]
+    assert out[4]["error"].startswith("invalid JSON") and out[11]["error"].startswith("duplicate id 's2'")
+
+
 def test_auto_granularity_switches_above_the_cap(project):
     project.file("rewards.py", LENGTH)
     project.jsonl("s.jsonl", [{"messages": msgs("q", "long enough answer")}] * 3)
@@ -212,16 +226,6 @@ def test_prompt_only_sample_without_a_model_is_a_usage_error(project):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         ["*s.jsonl::length?line-1?: no model to roll out prompt-only samples*--reward-model*"]
-    )
-
-
-def test_file_granularity_does_not_roll_out(project):
-    project.file("rewards.py", LENGTH)
-    project.jsonl("s.jsonl", [{"prompt": "2+2="}, {"messages": msgs("q", "a long enough answer")}])
-    result = project.run("--reward-samples", "s.jsonl", "--reward-granularity", "file")
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(
-        ["*s.jsonl:1 ?line-1?  prompt-only sample: file granularity does not roll out*"]
     )
 
 

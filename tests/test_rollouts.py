@@ -156,6 +156,125 @@ def test_rollouts_do_not_depend_on_who_runs_them(project):
     assert responses("-n", "2", "-p", "xdist") == single
 
 
+def _rows(project, *args) -> list[dict]:
+    (project.path / "calls.jsonl").unlink(missing_ok=True)
+    project.run("--reward-samples", "prompts.jsonl", "--reward-report", "out", *args)
+    return [json.loads(line) for line in (project.path / "out" / "results.jsonl").read_text().splitlines()]
+
+
+def test_file_granularity_rolls_out_each_chunk_once_with_the_same_responses(project):
+    project.file("conftest.py", FAKE_JOB)
+    project.file("rewards.py", EXACT.format(rollout=', rollout={"n": 3, "temperature": 1.0, "seed": 7}'))
+    project.jsonl("prompts.jsonl", prompts(10))
+    by_sample = {(r["function"], r["id"]): r for r in _rows(project, "--reward-max-batch", "4")}
+    sample_calls = calls(project)
+    result = project.run(
+        "--reward-samples", "prompts.jsonl", "--reward-granularity", "file", "--reward-max-batch", "4"
+    )
+    result.assert_outcomes(passed=3)  # one item per function
+    assert calls(project)[len(sample_calls) :] == sample_calls  # same chunks, same seeds, once each
+    # exact samples 3 responses at temperature 1, the other two share greedy ones: 2 settings x 3 chunks
+    result.stdout.fnmatch_lines(
+        [
+            "exact on prompts.jsonl: 3 responses per prompt: pass@1 0.*, pass@3 *, best-of-3 mean *",
+            "reward: rollouts: 6 call(s) to the model, *",
+        ]
+    )
+    # one response per prompt: no pass@k line (it was printed with pass@1 counted twice, 2.000)
+    assert "length on prompts.jsonl: 1 responses" not in result.stdout.str()
+    by_file = {
+        (r["function"], r["id"]): r
+        for r in _rows(project, "--reward-granularity", "file", "--reward-max-batch", "4")
+    }
+    assert by_file.keys() == by_sample.keys()
+    for key, row in by_file.items():
+        n = len(row["responses"])
+        for field in ("responses", "response_scores", "score", "pass@1", f"pass@{n}", "best_of_n", "verdict"):
+            assert row[field] == by_sample[key][field], (key, field)
+
+
+def test_file_granularity_mixes_answered_prompt_only_and_broken_lines(project):
+    project.file("conftest.py", FAKE_JOB)
+    project.file("rewards.py", EXACT.format(rollout=""))
+    answered = {"id": "done", "messages": msgs("1+1=", "2"), "ground_truth": "2"}
+    project.jsonl("prompts.jsonl", [*prompts(3), answered, "{broken", *prompts(2, start=3)])
+    result = project.run(
+        "--reward-samples", "prompts.jsonl", "--reward-granularity", "file", "--reward-max-batch", "2"
+    )
+    result.assert_outcomes(failed=3)  # the broken line fails every function; nothing else is lost
+    result.stdout.fnmatch_lines(["1 of 7 samples failed (exact on prompts.jsonl)", "  prompts.jsonl:5 *"])
+    assert [len(c["prompts"]) for c in calls(project)] == [2, 2, 1]
+    rows = _rows(project, "--reward-granularity", "file", "--reward-max-batch", "2")
+    exact = {r["line"]: r for r in rows if r["function"] == "exact"}
+    assert sorted(exact) == [1, 2, 3, 4, 5, 6, 7]
+    assert exact[4]["score"] == 1.0 and "responses" not in exact[4]
+    assert exact[5]["error"].startswith("invalid JSON")
+    assert all(exact[line]["responses"] == [str(2 * i)] for i, line in enumerate((1, 2, 3, 6, 7)))
+
+
+def test_file_granularity_loads_the_model_only_for_prompt_only_samples(project):
+    project.file("conftest.py", FAKE_JOB.replace("return FakeJob()", 'raise RuntimeError("model loaded")'))
+    project.file("rewards.py", EXACT.format(rollout=""))
+    project.jsonl("answered.jsonl", [{"messages": msgs("1+1=", "2"), "ground_truth": "2"}])
+    result = project.run("--reward-samples", "answered.jsonl", "--reward-granularity", "file")
+    result.assert_outcomes(passed=3)
+
+
+def test_file_granularity_rollout_failure_fails_its_chunk_only(project):
+    project.file(
+        "conftest.py",
+        FAKE_JOB.replace(
+            "            rng = random.Random(seed)",
+            "            if any(p == '9+9=' for p in prompts):\n                raise ValueError('prompt too long')\n"
+            "            rng = random.Random(seed)",
+        ),
+    )
+    project.file("rewards.py", EXACT.format(rollout=""))
+    project.jsonl("prompts.jsonl", prompts(10))
+    result = project.run(
+        "--reward-samples", "prompts.jsonl", "--reward-granularity", "file", "--reward-max-batch", "4"
+    )
+    result.assert_outcomes(failed=3)
+    result.stdout.fnmatch_lines(
+        ["2 of 10 samples failed (exact on prompts.jsonl)", "  prompts.jsonl:9 ?p8?  rollout failed: prompt too long"]
+    )
+
+
+BATCH_EXACT = """
+    import pytest
+    from pytest_reward import reward_function
+
+    @pytest.mark.reward(threshold=1.0, pass_rate=0.0, rollout={"n": 2})
+    @reward_function(mode="batch")
+    def exact_batch(rollouts_messages, ground_truth=None, **kwargs):
+        return [{"score": float(m[-1]["content"] == g), "reason": "batch"} for m, g in zip(rollouts_messages, ground_truth)]
+"""
+
+
+@pytest.mark.parametrize("granularity", ["sample", "file"])
+def test_batch_mode_functions_score_the_responses_of_a_prompt(project, granularity):
+    project.file("conftest.py", FAKE_JOB)
+    project.file("rewards.py", BATCH_EXACT)
+    project.jsonl("prompts.jsonl", prompts(3))
+    rows = _rows(project, "--reward-granularity", granularity)
+    assert [r["response_scores"] for r in rows] == [[1.0, 1.0]] * 3
+    assert all(r["score"] == 1.0 for r in rows)
+
+
+def test_file_granularity_without_a_model_makes_prompt_only_lines_errors(project):
+    project.file("rewards.py", EXACT.format(rollout=""))
+    answered = {"id": "done", "messages": msgs("1+1=", "2"), "ground_truth": "2"}
+    project.jsonl("prompts.jsonl", [*prompts(1), answered])
+    result = project.run("--reward-samples", "prompts.jsonl", "--reward-granularity", "file")
+    result.assert_outcomes(failed=3)
+    result.stdout.fnmatch_lines(
+        [
+            "1 of 2 samples failed (exact on prompts.jsonl)",
+            "  prompts.jsonl:1 ?p0?  prompt-only sample: no model to roll it out: pass --reward-model PATH_OR_NAME*",
+        ]
+    )
+
+
 def test_without_a_model_prompt_only_samples_are_a_usage_error(project):
     project.file("rewards.py", EXACT.format(rollout=""))
     project.jsonl("prompts.jsonl", prompts(2))
@@ -204,6 +323,24 @@ def test_the_shipped_model_rolls_out_and_scores(project):
     assert len(exact) == 12 and sum(r["score"] for r in exact) >= 8  # 93.7 % greedy on all 1000 held-out sums
     # exact asks for 6 new tokens, the other two use the default: two settings, two calls
     result.stdout.fnmatch_lines(["reward: rollouts: 2 call(s) to the model, *"])
+    # file granularity: the same rollouts (chunks and seeds do not depend on it), the same scores
+    result = project.run_subprocess(
+        "--reward-samples",
+        "prompts.jsonl",
+        "--reward-model",
+        "tiny-adder",
+        "--reward-report",
+        "out",
+        "--reward-granularity",
+        "file",
+    )
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["reward: rollouts: 2 call(s) to the model, *"])
+    by_file = [json.loads(line) for line in (project.path / "out" / "results.jsonl").read_text().splitlines()]
+    key = lambda r: (r["function"], r["id"])  # noqa: E731
+    assert [(key(r), r["responses"], r["score"]) for r in sorted(by_file, key=key)] == [
+        (key(r), r["responses"], r["score"]) for r in sorted(rows, key=key)
+    ]
 
 
 def test_prompt_too_long_for_the_model_fails_that_sample(project):

@@ -116,7 +116,7 @@ def write_summary(tr: Any, rs: RewardSession) -> None:
     if verbosity >= 0:
         for r in reports:
             ro = r.summary.rollout
-            if ro:
+            if ro and ro["n"] > 1:  # one response per prompt: pass@1 is the pass rate of the table
                 n = int(ro["n"])
                 tr.write_line(
                     f"{r.function} on {r.file}: {n} responses per prompt: pass@1 {ro.get('pass@1', 0):.3f}, "

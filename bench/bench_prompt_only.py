@@ -2,7 +2,9 @@
 the bare work it stands for, in the same run.
 
 * **pytest-reward**: ``pytest --reward-samples prompts.jsonl --reward-model tiny-adder`` in a fresh process; the
-  three functions share one rollout setting, so every prompt must be rolled out once.
+  three functions share one rollout setting, so every prompt must be rolled out once. Twice: with one item per
+  function x prompt (``--reward-granularity sample``, the default for files this size) and with one item per
+  function (``--reward-granularity file``, same rollouts, the mode for large prompt sets).
 * **reference**: a fresh ``python`` process that does the same work by hand: import the engine, load the shipped
   model, ``InferenceJob.rollout`` the same prompts in the same chunks (``--reward-max-batch``) with the same
   settings, and call the three reward functions on every response in a plain loop.
@@ -127,10 +129,11 @@ def env() -> dict[str, str]:
     return out
 
 
-def run_session(root: Path, batch: int) -> tuple[float, str]:
+def run_session(root: Path, batch: int, granularity: str = "sample") -> tuple[float, str]:
     cmd = [
         sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:hypothesispytest",
         "--reward-samples", "prompts.jsonl", "--reward-model", "tiny-adder", "--reward-max-batch", str(batch),
+        "--reward-granularity", granularity,
     ]  # fmt: skip
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=env())
@@ -185,11 +188,11 @@ def run_floor(root: Path, items: int) -> float:
     return elapsed
 
 
-def count_calls(root: Path, batch: int, n: int) -> dict:
+def count_calls(root: Path, batch: int, n: int, granularity: str) -> dict:
     (root / "conftest.py").write_text(COUNTING_CONFTEST)
     (root / "calls.jsonl").unlink(missing_ok=True)
     try:
-        _, out = run_session(root, batch)
+        _, out = run_session(root, batch, granularity)
     finally:
         (root / "conftest.py").unlink()
     calls = [json.loads(line) for line in (root / "calls.jsonl").read_text().splitlines()]
@@ -219,25 +222,29 @@ def main() -> int:
             if cache:  # warm both: the first run of each fills the shared cache
                 run_session(root, args.batch)
                 run_reference(root, args.batch, args.per_prompt, cache)
-            sessions, references, parts, floors = [], [], [], []
+            sessions, file_sessions, references, parts, floors = [], [], [], [], []
             for _ in range(args.repeat):
                 sessions.append(run_session(root, args.batch)[0])
+                file_sessions.append(run_session(root, args.batch, "file")[0])
                 elapsed, detail = run_reference(root, args.batch, args.per_prompt, cache)
                 references.append(elapsed)
                 parts.append(detail)
                 floors.append(run_floor(root, 3 * args.n))
             s, r = statistics.median(sessions), statistics.median(references)
+            f = statistics.median(file_sessions)
             results[label] = {
                 "session": s,
+                "file_session": f,
                 "reference": r,
                 "ratio": s / r,
+                "file_ratio": f / r,
                 "reference_rollout": statistics.median(p["rollout"] for p in parts),
                 "reference_load": statistics.median(p["load"] for p in parts),
                 "reference_score": statistics.median(p["score"] for p in parts),
                 "floor": statistics.median(floors),
             }
             shutil.rmtree(root / ".reward", ignore_errors=True)
-        counted = count_calls(root, args.batch, args.n)
+        counted = {g: count_calls(root, args.batch, args.n, g) for g in ("sample", "file")}
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -246,23 +253,25 @@ def main() -> int:
     )
     print(f"workload: {args.n} prompt-only samples x {args.per_prompt} responses (temperature 0.7, 6 new tokens), "
           f"3 reward functions, rollout chunks of {args.batch}; medians of {args.repeat} interleaved rounds")  # fmt: skip
+    for granularity, c in counted.items():
+        print(
+            f"rollout calls ({granularity} items): {c['calls']} for {c['prompts_rolled_out']} prompts "
+            f"(each prompt once: {c['each_prompt_once']}); plugin says: {c['plugin_line']!r}"
+        )
     print(
-        f"rollout calls: {counted['calls']} for {counted['prompts_rolled_out']} prompts "
-        f"(each prompt once: {counted['each_prompt_once']}); plugin says: {counted['plugin_line']!r}"
+        "| condition | session, sample items s | session, file items s | reference s | ratio sample / file "
+        f"| reference: start+load s | rollout s | scoring s | plain pytest, {3 * args.n} trivial items s |"
     )
-    print(
-        "| condition | pytest session s | reference s | ratio | reference: start+load s | rollout s | scoring s "
-        f"| plain pytest, {3 * args.n} trivial items s |"
-    )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for label, res in results.items():
         print(
-            f"| {label} | {res['session']:.2f} | {res['reference']:.2f} | {res['ratio']:.2f}x | "
-            f"{res['reference_load']:.2f} | {res['reference_rollout']:.2f} | {res['reference_score']:.3f} "
-            f"| {res['floor']:.2f} |"
+            f"| {label} | {res['session']:.2f} | {res['file_session']:.2f} | {res['reference']:.2f} | "
+            f"{res['ratio']:.2f}x / {res['file_ratio']:.2f}x | {res['reference_load']:.2f} | "
+            f"{res['reference_rollout']:.2f} | {res['reference_score']:.3f} | {res['floor']:.2f} |"
         )
     print(f"load average (1 min): {os.getloadavg()[0]:.2f}")
-    ok = counted["each_prompt_once"] and counted["calls"] == -(-args.n // args.batch)
+    calls = -(-args.n // args.batch)
+    ok = all(c["each_prompt_once"] and c["calls"] == calls for c in counted.values())
     return 0 if ok else 1
 
 

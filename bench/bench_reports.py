@@ -67,7 +67,9 @@ def run(root: Path, extra: list[str]) -> float:
         *extra,
     ]
     start = time.perf_counter()
-    out = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # a usual machine caches bytecode (and pytest's rewritten modules)
+    out = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=env)
     elapsed = time.perf_counter() - start
     if out.returncode != 0:
         raise SystemExit(out.stdout[-3000:] + out.stderr[-3000:])

@@ -20,6 +20,7 @@ tolerance.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -29,6 +30,7 @@ from typing import Any
 import pytest
 
 from .atomic import atomic_write_text
+from .results import float_json
 
 __all__ = [
     "FORMAT",
@@ -154,25 +156,24 @@ def dumps_run(record: dict[str, Any]) -> str:
 
 _dump = json.JSONEncoder(ensure_ascii=False, sort_keys=True).encode
 _string = json.encoder.encode_basestring  # type: ignore[attr-defined]
-_SAMPLE_KEYS = ("id", "line", "score", "verdict")
 
 
 def _sample_json(entry: dict[str, Any]) -> str:
     """``json.dumps(entry, sort_keys=True)`` for the usual {id, line, score, verdict} entry, without the generic
     encoder's per-call cost (a stored run has one per sample)."""
-    score, line, ident, verdict = entry.get("score"), entry.get("line"), entry.get("id"), entry.get("verdict")
-    if (
-        len(entry) == 4
-        and all(k in entry for k in _SAMPLE_KEYS)
-        and isinstance(ident, str)
-        and isinstance(verdict, str)
-        and type(line) is int
-        and (score is None or (type(score) is float and score == score and abs(score) != float("inf")))
-    ):
-        return (
-            f'{{"id": {_string(ident)}, "line": {line}, "score": {"null" if score is None else repr(score)}, '
-            f'"verdict": {_string(verdict)}}}'
-        )
+    if len(entry) == 4:
+        try:
+            ident, line, score, verdict = entry["id"], entry["line"], entry["score"], entry["verdict"]
+        except KeyError:
+            return _dump(entry)
+        if type(ident) is str and type(verdict) is str and type(line) is int:
+            if score is None:
+                score_j = "null"
+            elif type(score) is float and -math.inf < score < math.inf:
+                score_j = float_json(score)
+            else:
+                return _dump(entry)
+            return f'{{"id": {_string(ident)}, "line": {line}, "score": {score_j}, "verdict": {_string(verdict)}}}'
     return _dump(entry)
 
 

@@ -23,7 +23,16 @@ if TYPE_CHECKING:
     from .samples import Expect
     from .stats import Interval
 
-__all__ = ["GateResult", "GroupAccumulator", "SampleOutcome", "Summary", "evaluate_gates", "judge", "row_json"]
+__all__ = [
+    "GateResult",
+    "GroupAccumulator",
+    "SampleOutcome",
+    "Summary",
+    "evaluate_gates",
+    "float_json",
+    "judge",
+    "row_json",
+]
 
 PASS, BELOW, FAIL = "pass", "below", "fail"
 
@@ -130,6 +139,36 @@ def _jstr(value: Any) -> str:
 
 
 _PREFIXES: dict[tuple[str, str], str] = {}
+_NAMES: dict[str, str] = {}
+_FLOATS: dict[float, str] = {}
+"""JSON of finite floats seen before: scores and microsecond durations repeat, and ``repr`` of a float is the
+dearest step of a row. Zero is never cached (0.0 and -0.0 are equal keys but different JSON)."""
+_INF = math.inf
+
+
+def float_json(value: float) -> str:
+    """JSON of a finite float (the caller checked ``type(value) is float`` and finiteness)."""
+    text = _FLOATS.get(value)
+    if text is None:
+        text = repr(value)
+        if value and len(_FLOATS) < 65536:
+            _FLOATS[value] = text
+    return text
+
+
+def _metric_json(metrics: dict[str, dict[str, Any]]) -> str:
+    parts = []
+    for name, value in metrics.items():
+        head = _NAMES.get(name)
+        if head is None:
+            head = f"{_jstr(name)}: "
+            if len(_NAMES) < 4096:
+                _NAMES[name] = head
+        score = value["score"]
+        parts.append(
+            head + (float_json(score) if type(score) is float and -_INF < score < _INF else _jnum(score))
+        )
+    return ", ".join(parts)
 
 
 def row_json(outcome: SampleOutcome) -> str:
@@ -138,34 +177,34 @@ def row_json(outcome: SampleOutcome) -> str:
     if outcome.extra:
         return _ROW_GENERIC(outcome.row(text=False))
     try:
-        function, file, line, key, verdict = (
-            outcome.function,
-            outcome.file,
-            outcome.line,
-            outcome.key,
-            outcome.verdict,
-        )
-        prefix = _PREFIXES.get((function, file))
+        line, key, verdict = outcome.line, outcome.key, outcome.verdict
+        prefix = _PREFIXES.get((outcome.function, outcome.file))
         if prefix is None:
+            function, file = outcome.function, outcome.file
             prefix = f'{{"function": {_jstr(function)}, "file": {_jstr(file)}, "line": '
             if len(_PREFIXES) < 1024 and type(function) is str and type(file) is str:
                 _PREFIXES[(function, file)] = prefix
         if type(line) is not int or type(key) is not str or type(verdict) is not str:
             raise _Unusual
         metrics = outcome.metrics
-        m = ", ".join([f"{_jstr(name)}: {_jnum(v['score'])}" for name, v in metrics.items()]) if metrics else ""
+        m = _metric_json(metrics) if metrics else ""
         failures = outcome.failures
         f = ", ".join([_jstr(x) for x in failures]) if failures else ""
         sid, score, reason, error = outcome.sample_id, outcome.score, outcome.reason, outcome.error
         # The common types inline; anything else through the checked helpers (which may give up).
         sid_j = _json_str(sid) if type(sid) is str else _jstr(sid)
-        score_j = repr(score) if (type(score) is float and -math.inf < score < math.inf) else _jnum(score)
+        score_j = float_json(score) if (type(score) is float and -_INF < score < _INF) else _jnum(score)
         reason_j = _json_str(reason) if type(reason) is str else _jstr(reason)
         error_j = "null" if error is None else _jstr(error)
+        duration = outcome.duration
+        if type(duration) is float and -_INF < duration < _INF:
+            duration_j = float_json(round(duration, 6))
+        else:
+            duration_j = _jnum(duration)
         return (
             f'{prefix}{line}, "id": {sid_j}, "key": {_json_str(key)}, "score": {score_j}, "metrics": {{{m}}}, '
             f'"reason": {reason_j}, "verdict": {_json_str(verdict)}, "error": {error_j}, "failures": [{f}], '
-            f'"duration": {_jnum(round(outcome.duration, 6))}}}'
+            f'"duration": {duration_j}}}'
         )
     except _Unusual:
         return _ROW_GENERIC(outcome.row(text=False))
@@ -515,7 +554,9 @@ def _gate(
         return GateResult(target, gate, bound, passed=False, note="no samples scored", upper=upper)
     if upper:
         compared = interval["high"] if interval is not None else value
-        return GateResult(target, gate, bound, value, compared, interval, passed=compared <= bound, upper=True)
+        return GateResult(
+            target, gate, bound, value, compared, interval, passed=compared <= bound, upper=True
+        )
     compared = interval["low"] if interval is not None else value
     return GateResult(target, gate, bound, value, compared, interval, passed=compared >= bound)
 
@@ -534,12 +575,16 @@ def evaluate_gates(summary: Summary, gates: Gates) -> list[GateResult]:
         return results
     if summary.n == 0:
         for target, gate, bound in _declared(gates):
-            results.append(GateResult(target, gate, bound, passed=False, note="no samples", upper=gate == "max_mean"))
+            results.append(
+                GateResult(target, gate, bound, passed=False, note="no samples", upper=gate == "max_mean")
+            )
         return results
     if gates.mean is not None:
         results.append(_gate("score", "mean", gates.mean, summary.mean, summary.gate_mean_ci))
     if gates.max_mean is not None:
-        results.append(_gate("score", "max_mean", gates.max_mean, summary.mean, summary.gate_mean_ci, upper=True))
+        results.append(
+            _gate("score", "max_mean", gates.max_mean, summary.mean, summary.gate_mean_ci, upper=True)
+        )
     if gates.pass_rate is not None:
         results.append(_gate("score", "pass_rate", gates.pass_rate, summary.pass_rate, summary.gate_pass_ci))
     for q, bound in gates.quantile:

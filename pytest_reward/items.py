@@ -340,28 +340,29 @@ class _FileRun:
             problem = None
             if isinstance(record, SampleError):
                 problem = record.message
-            elif record.id is not None:
-                first = seen_ids.setdefault(record.id, record.line)
-                if first != record.line:
-                    problem = f"duplicate id {record.id!r} (first at line {first})"
-            if problem is None and rolling is None and record.prompt_only:  # type: ignore[union-attr]
-                problem = f"prompt-only sample: {_NO_MODEL}"
+            else:
+                if record.id is not None:
+                    first = seen_ids.setdefault(record.id, record.line)
+                    if first != record.line:
+                        problem = f"duplicate id {record.id!r} (first at line {first})"
+                if problem is None and record.prompt_only:
+                    if rolling is None:
+                        problem = f"prompt-only sample: {_NO_MODEL}"
+                    else:
+                        prompts.append(record)
+                        if len(prompts) == chunk_size:
+                            yield from score(answered)  # keep rows roughly in file order
+                            answered = []
+                            yield from self._roll(prompts, chunk_index, rolling)
+                            prompts = []
+                            chunk_index += 1
+                        continue
             if problem is not None:
                 yield from score(answered)  # rows stay in file order
                 answered = []
                 yield error_outcome(fn_name, label, record, problem)
                 continue
-            assert isinstance(record, Sample)
-            if record.prompt_only:
-                prompts.append(record)
-                if len(prompts) == chunk_size:
-                    yield from score(answered)  # keep rows roughly in file order
-                    answered = []
-                    yield from self._roll(prompts, chunk_index, rolling)
-                    prompts = []
-                    chunk_index += 1
-                continue
-            answered.append(record)
+            answered.append(record)  # type: ignore[arg-type]
             if len(answered) >= segment:
                 yield from score(answered)
                 answered = []

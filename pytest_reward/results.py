@@ -396,15 +396,17 @@ class GroupAccumulator:
 
     def add(self, outcome: SampleOutcome) -> None:
         self.n += 1
-        if "pass@1" in outcome.extra:
-            n = outcome.extra["n"]
-            for key in dict.fromkeys(("pass@1", f"pass@{n}", "best_of_n")):  # n = 1: pass@1 once
-                self.rollout_sums[key] = self.rollout_sums.get(key, 0.0) + float(outcome.extra[key])
-            self.rollout_counts[n] = self.rollout_counts.get(n, 0) + 1
-        if self.flaky_spread is not None and outcome.extra.get("spread", 0.0) > self.flaky_spread:
-            self.n_flaky += 1
-            if len(self.flaky) < self.FLAKY_KEEP:
-                self.flaky.append(outcome)
+        extra = outcome.extra
+        if extra:  # rollouts (pass@k) and repeated runs (spread)
+            if "pass@1" in extra:
+                n = extra["n"]
+                for key in dict.fromkeys(("pass@1", f"pass@{n}", "best_of_n")):  # n = 1: pass@1 once
+                    self.rollout_sums[key] = self.rollout_sums.get(key, 0.0) + float(extra[key])
+                self.rollout_counts[n] = self.rollout_counts.get(n, 0) + 1
+            if self.flaky_spread is not None and extra.get("spread", 0.0) > self.flaky_spread:
+                self.n_flaky += 1
+                if len(self.flaky) < self.FLAKY_KEEP:
+                    self.flaky.append(outcome)
         if outcome.verdict == PASS:
             self.n_pass += 1
         elif outcome.verdict == BELOW:
@@ -423,8 +425,9 @@ class GroupAccumulator:
             mg = gates.get(name)
             if mg is not None and mg.threshold is not None and value["score"] >= mg.threshold:
                 self.metric_pass[name] = self.metric_pass.get(name, 0) + 1
-        for name in self._gated_metrics - outcome.metrics.keys():
-            self.metric_errors[name] = self.metric_errors.get(name, 0) + 1
+        if self._gated_metrics:
+            for name in self._gated_metrics - outcome.metrics.keys():
+                self.metric_errors[name] = self.metric_errors.get(name, 0) + 1
 
     def extend(self, outcomes: Iterable[SampleOutcome]) -> None:
         for outcome in outcomes:

@@ -177,6 +177,20 @@ def _describe(value: Any) -> str:
 
 
 def _check_message(i: int, msg: Any) -> None:
+    if type(msg) is dict:  # the usual message, checked without building error texts
+        role, content = msg.get("role"), msg.get("content", "")
+        if (
+            type(role) is str
+            and role
+            and not role.isspace()
+            and type(content) is str
+            and "tool_calls" not in msg
+        ):
+            return
+    _check_message_fully(i, msg)
+
+
+def _check_message_fully(i: int, msg: Any) -> None:
     where = f"messages[{i}]"
     if not isinstance(msg, dict):
         raise SampleFormatError(f"{where} must be an object, got {_describe(msg)}")
@@ -310,6 +324,21 @@ def parse_record(record: Any, path: Path, line: int) -> Sample:
     )
 
 
+_scan = json.JSONDecoder().scan_once
+
+
+def _decode(text: str) -> Any:
+    """``json.loads(text)`` for one line: the C scanner directly on the usual line (a value, then the newline or
+    nothing); anything else, errors included, through ``json.loads`` (same values, same error messages)."""
+    try:
+        value, end = _scan(text, 0)
+    except StopIteration:
+        return json.loads(text)  # raises the JSONDecodeError (or decodes after leading whitespace)
+    if end == len(text) or (end == len(text) - 1 and text[end] == "\n"):
+        return value
+    return json.loads(text)
+
+
 def _skip_rest_of_line(fh: Any, chunk: int = 1 << 20) -> int:
     """Consume the remainder of an over-long line; return how many bytes were skipped."""
     skipped = 0
@@ -343,7 +372,7 @@ def iter_samples(
                     "(raise it with the ini option reward_max_line_bytes)",
                 )
                 continue
-            if not raw.strip():
+            if raw.isspace():  # a blank line (raw is never empty here)
                 continue
             try:
                 text = raw.decode("utf-8")
@@ -353,7 +382,7 @@ def iter_samples(
                 )
                 continue
             try:
-                record = json.loads(text)
+                record = _decode(text)
             except json.JSONDecodeError as exc:
                 yield SampleError(path, lineno, f"invalid JSON: {exc.msg} at column {exc.colno}")
                 continue

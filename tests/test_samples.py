@@ -178,3 +178,30 @@ def test_any_valid_rows_round_trip_in_order(tmp_path_factory, rows):
     assert [(s.messages[0]["content"], s.messages[1]["content"], s.ground_truth) for s in out] == [
         (r["user"], r["answer"], r["gt"]) for r in rows
     ]
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.floats() | st.integers() | st.text(),
+    lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner),
+    max_leaves=10,
+)
+
+
+@given(
+    _json_values,
+    st.sampled_from(["", " ", "\t"]),
+    st.sampled_from(["", "\n", " \n", "\r\n", "  ", " x", "\n\n", ",", "]"]),
+)
+def test_line_decoding_is_json_loads(value, head, tail):
+    """The fast line decoder gives json.loads' value, or its exact error, for any line."""
+    from pytest_reward.samples import _decode
+
+    text = head + json.dumps(value) + tail
+
+    def outcome(decode):
+        try:
+            return "value", json.dumps(decode(text))
+        except json.JSONDecodeError as exc:
+            return "error", str(exc)
+
+    assert outcome(_decode) == outcome(json.loads)

@@ -34,7 +34,7 @@ __all__ = [
 DEFAULT_MAX_LINE_BYTES = 8 * 1024 * 1024
 _BOM = b"\xef\xbb\xbf"
 _MISSING: Any = object()
-_RESERVED = ("messages", "prompt", "id", "ground_truth", "ground_truth_for_eval", "expect")
+_RESERVED = frozenset(("messages", "prompt", "id", "ground_truth", "ground_truth_for_eval", "expect"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,9 +306,11 @@ def parse_record(record: Any, path: Path, line: int) -> Sample:
         if not sample_id.strip():
             raise SampleFormatError("'id' is empty")
 
-    if "ground_truth" in record and "ground_truth_for_eval" in record:
-        raise SampleFormatError("give either 'ground_truth' or 'ground_truth_for_eval', not both")
-    ground_truth = record.get("ground_truth", record.get("ground_truth_for_eval", _MISSING))
+    ground_truth = record.get("ground_truth", _MISSING)
+    if "ground_truth_for_eval" in record:
+        if ground_truth is not _MISSING:
+            raise SampleFormatError("give either 'ground_truth' or 'ground_truth_for_eval', not both")
+        ground_truth = record["ground_truth_for_eval"]
     expect = parse_expect(record["expect"]) if "expect" in record else None
     kwargs = {k: v for k, v in record.items() if k not in _RESERVED}
     return Sample(

@@ -173,6 +173,8 @@ class Invoker:
         __tracebackhide__ = True
         try:
             value = self.fn.obj(**self.kwargs_for(sample))
+            if value.__class__ is EvaluateResult:  # the usual return, before the coroutine check
+                return value
             if self._is_async or asyncio.iscoroutine(value):
                 value = run_coroutine(value)
         except RewardReturnError as exc:

@@ -233,7 +233,7 @@ def judge(
         return FAIL, None, {}, [error or "no result"], []
     failures: list[str] = []
     below: list[str] = []
-    metrics = _metric_scores(result)
+    metrics = _metric_scores(result) if result.metrics else {}
     score: float | None = float(result.score)
     if not math.isfinite(score):
         failures.append(f"score is {score!r}: a reward must be a finite number")

@@ -177,20 +177,8 @@ def _describe(value: Any) -> str:
 
 
 def _check_message(i: int, msg: Any) -> None:
-    if type(msg) is dict:  # the usual message, checked without building error texts
-        role, content = msg.get("role"), msg.get("content", "")
-        if (
-            type(role) is str
-            and role
-            and not role.isspace()
-            and type(content) is str
-            and "tool_calls" not in msg
-        ):
-            return
-    _check_message_fully(i, msg)
-
-
-def _check_message_fully(i: int, msg: Any) -> None:
+    """Raise ``SampleFormatError`` naming what is wrong with ``messages[i]`` (``parse_record`` inlines the check
+    of the usual message and calls this for the rest)."""
     where = f"messages[{i}]"
     if not isinstance(msg, dict):
         raise SampleFormatError(f"{where} must be an object, got {_describe(msg)}")
@@ -292,6 +280,16 @@ def parse_record(record: Any, path: Path, line: int) -> Sample:
         raise SampleFormatError("'messages' is empty")
     else:
         for i, msg in enumerate(messages):
+            if type(msg) is dict:  # the usual message, inline (as in _check_message)
+                role, content = msg.get("role"), msg.get("content", "")
+                if (
+                    type(role) is str
+                    and role
+                    and not role.isspace()
+                    and type(content) is str
+                    and "tool_calls" not in msg
+                ):
+                    continue
             _check_message(i, msg)
     if prompt is not None and not isinstance(prompt, str):
         raise SampleFormatError(f"'prompt' must be a string, got {type(prompt).__name__}")
@@ -313,17 +311,9 @@ def parse_record(record: Any, path: Path, line: int) -> Sample:
         ground_truth = record["ground_truth_for_eval"]
     expect = parse_expect(record["expect"]) if "expect" in record else None
     kwargs = {k: v for k, v in record.items() if k not in _RESERVED}
-    return Sample(
-        path=path,
-        line=line,
-        id=sample_id,
-        messages=messages,
-        prompt=prompt,
-        ground_truth=ground_truth,
-        expect=expect,
-        kwargs=kwargs,
-        record=record,
-    )
+    # Positional (cheaper than keywords, once per sample): path, line, id, messages, prompt, ground_truth,
+    # expect, kwargs, record.
+    return Sample(path, line, sample_id, messages, prompt, ground_truth, expect, kwargs, record)
 
 
 _scan = json.JSONDecoder().scan_once

@@ -205,3 +205,38 @@ def test_line_decoding_is_json_loads(value, head, tail):
             return "error", str(exc)
 
     assert outcome(_decode) == outcome(json.loads)
+
+
+_message_like = st.one_of(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "role": st.sampled_from(["user", "assistant", "", " ", "\t"]) | st.integers() | st.none(),
+            "content": st.text(max_size=5) | st.none() | st.integers() | st.lists(st.just({"type": "text"}), max_size=2),
+            "tool_calls": st.none() | st.lists(st.just({}), max_size=1) | st.just("x"),
+        },
+    ),
+    st.text(max_size=3),
+    st.none(),
+)
+
+
+@given(st.lists(_message_like, min_size=1, max_size=3))
+def test_inline_message_check_agrees_with_the_full_check(messages):
+    """parse_record checks the usual message inline: it accepts and rejects exactly what _check_message does."""
+    from pytest_reward.samples import SampleFormatError, _check_message, parse_record
+
+    def full() -> str | None:
+        try:
+            for i, msg in enumerate(messages):
+                _check_message(i, msg)
+        except SampleFormatError as exc:
+            return str(exc)
+        return None
+
+    try:
+        parse_record({"messages": messages}, Path("s.jsonl"), 1)
+        got = None
+    except SampleFormatError as exc:
+        got = str(exc)
+    assert got == full()

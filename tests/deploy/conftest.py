@@ -472,6 +472,23 @@ def reward_kit_python() -> str:
     return str(python)
 
 
+def reward_kit_with_pytest() -> str:
+    """reward-kit's venv plus this environment's pytest, pluggy, rich and numpy: a project where reward-kit 0.4.1
+    is installed and our plugin runs from the checkout (PYTHONPATH), to collect reward-kit's own functions."""
+    from importlib.metadata import version
+
+    python = reward_kit_python()
+    pins = " ".join(f"{d}=={version(d)}" for d in ("pytest", "pluggy", "rich", "numpy"))
+    marker = Path(python).parent.parent / ".pytest-reward-test-deps"
+    if marker.is_file() and marker.read_text() == pins:
+        return python
+    with _locked("reward-kit-0.4.1"):
+        if not (marker.is_file() and marker.read_text() == pins):
+            _pip(python, "pytest", *pins.split())
+            marker.write_text(pins)
+    return python
+
+
 def run_client(
     python: str, code: str, *args: str, env: dict[str, str] | None = None, timeout: float = 180
 ) -> Any:

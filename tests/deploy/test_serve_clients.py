@@ -22,9 +22,11 @@ import pytest
 from .conftest import (
     BUNDLE_NAME,
     ODD,
+    REPO,
     REWARDS,
     installed_target,
     reward_kit_python,
+    reward_kit_with_pytest,
     run_client,
     server_env,
     write_module,
@@ -236,6 +238,55 @@ print("RESULT " + json.dumps(namespace["evaluate"](messages=messages, ground_tru
 @pytest.fixture(scope="module")
 def reward_kit() -> str:
     return reward_kit_python()
+
+
+RK_PROJECT_REWARDS = """
+from reward_kit import EvaluateResult, MetricResult, reward_function
+
+
+@reward_function
+def rk_exact(messages, ground_truth=None, **kwargs):
+    ok = messages[-1]["content"] == ground_truth
+    return EvaluateResult(
+        score=float(ok), reason="exact match", metrics={"exact": MetricResult(score=float(ok), reason="x", success=ok)}
+    )
+"""
+
+
+def test_functions_decorated_by_the_real_reward_kit_are_collected(tmp_path):
+    """A project written for reward-kit 0.4.1 (its own decorator and models), tested by the plugin unchanged."""
+    import subprocess
+
+    python = reward_kit_with_pytest()
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "rewards.py").write_text(RK_PROJECT_REWARDS)
+    rows = [("4", "4"), ("5", "4"), ("4", "4")]
+    (tmp_path / "samples.jsonl").write_text(
+        "".join(
+            json.dumps(
+                {
+                    "messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": a}],
+                    "ground_truth": g,
+                }
+            )
+            + "\n"
+            for a, g in rows
+        )
+    )
+    env = {**server_env(), "PYTHONPATH": str(REPO), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    proc = subprocess.run(
+        [python, "-m", "pytest", "-p", "pytest_reward.plugin", "-p", "no:cacheprovider", "--reward-samples",
+         "samples.jsonl", "--reward-threshold", "0.5", "--reward-report", "out", "-rA"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # the second sample misses the threshold
+    assert "samples.jsonl::rk_exact[line-2]" in proc.stdout and "score 0 < threshold 0.5" in proc.stdout
+    results = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert [(r["line"], r["score"], r["metrics"], r["reason"]) for r in results] == [
+        (1, 1.0, {"exact": 1.0}, "exact match"),
+        (2, 0.0, {"exact": 0.0}, "exact match"),
+        (3, 1.0, {"exact": 1.0}, "exact match"),
+    ]
 
 
 def test_reward_kit_remote_reward_function_against_serve(reward_kit, start_server, built_bundle):

@@ -156,6 +156,17 @@ def test_rollouts_do_not_depend_on_who_runs_them(project):
     assert responses("-n", "2", "-p", "xdist") == single
 
 
+def test_dist_loadfile_rolls_out_each_chunk_once_across_workers(project):
+    project.file("conftest.py", FAKE_JOB)
+    project.file("rewards.py", EXACT.format(rollout=""))
+    project.jsonl("prompts.jsonl", prompts(10))
+    result = project.run_subprocess(
+        "--reward-samples", "prompts.jsonl", "--reward-max-batch", "4", "-n", "2", "--dist", "loadfile", "-p", "xdist"
+    )
+    result.assert_outcomes(passed=30)
+    assert sorted(len(c["prompts"]) for c in calls(project)) == [2, 4, 4]  # one worker, each chunk once
+
+
 def _rows(project, *args) -> list[dict]:
     (project.path / "calls.jsonl").unlink(missing_ok=True)
     project.run("--reward-samples", "prompts.jsonl", "--reward-report", "out", *args)

@@ -28,7 +28,18 @@ if TYPE_CHECKING:
     from .samples import Sample
     from .scoring import Invoker
 
-__all__ = ["RolloutPool", "RolloutSettings", "pass_at_k", "score_responses"]
+__all__ = ["END_MARKERS", "RolloutPool", "RolloutSettings", "pass_at_k", "score_responses"]
+
+#: End-of-turn / end-of-text markers: a chat response ends at the first one (the model's turn is over).
+END_MARKERS: tuple[str, ...] = (
+    "<|im_end|>",
+    "<|endoftext|>",
+    "<|eot_id|>",
+    "<|end_of_text|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "</s>",
+)
 
 
 @dataclass(frozen=True)
@@ -152,13 +163,16 @@ class RolloutPool:
             max_new = settings.max_new_tokens
             if max_new is None:
                 max_new = min(64, max(1, int(getattr(job, "block_size", 128)) // 2))
+            stop = settings.stop
+            if any(not isinstance(p, str) for p in prompts):  # chats: the assistant's turn ends at its end marker
+                stop = (*stop, *(m for m in END_MARKERS if m not in stop))
             rollouts = job.rollout(
                 prompts,
                 max_new,
                 temperature=settings.temperature,
                 top_k=settings.top_k,
                 top_p=settings.top_p,
-                stop=settings.stop,
+                stop=stop,
                 seed=_chunk_seed(settings.seed, file, index),
                 n=settings.n,
             )

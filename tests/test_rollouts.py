@@ -27,7 +27,7 @@ FAKE_JOB = """
     class FakeJob:
         def rollout(self, prompts, max_new_tokens, *, temperature, top_k, top_p, stop, seed, n):
             with open(HERE / "calls.jsonl", "a") as log:  # one line per call: safe with several processes
-                log.write(json.dumps({"prompts": [p if isinstance(p, str) else p[-1]["content"] for p in prompts], "n": n, "seed": seed}) + "\\n")
+                log.write(json.dumps({"prompts": [p if isinstance(p, str) else p[-1]["content"] for p in prompts], "n": n, "seed": seed, "stop": list(stop)}) + "\\n")
             rng = random.Random(seed)
             out = []
             for p in prompts:
@@ -108,6 +108,16 @@ def test_chat_prompts_and_prompt_fields_both_work(project):
     assert "responses" not in outcomes[("exact", "answered")]["extra"]  # already answered: not rolled out
     (made,) = calls(project)
     assert made["prompts"] == ["2+3=", "4+4="]
+    # a chat's answer ends with the assistant's turn: the job is asked to stop at the end markers
+    assert made["stop"][:2] == ["<|im_end|>", "<|endoftext|>"]
+
+
+def test_plain_prompts_get_only_the_configured_stop_strings(project):
+    project.file("conftest.py", FAKE_JOB)
+    project.file("rewards.py", EXACT.format(rollout=', rollout={"stop": ["\\n"]}'))
+    project.jsonl("prompts.jsonl", prompts(2))
+    project.run("--reward-samples", "prompts.jsonl")
+    assert [c["stop"] for c in calls(project)] == [["\n"], []]  # exact's setting, then the default one
 
 
 def test_n_responses_per_prompt_give_pass_at_k_and_best_of_n(project):

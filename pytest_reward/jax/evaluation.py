@@ -71,6 +71,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ..rollouts import END_MARKERS  # end-of-turn / end-of-text markers cut before ``clean`` sees the text
+
 __all__ = [
     "END_MARKERS",
     "REDUCTIONS",
@@ -88,16 +90,6 @@ __all__ = [
 #: Valid ``reduce`` arguments.
 REDUCTIONS = ("mean", "sum", "none")
 
-#: End-of-turn / end-of-text markers cut from generated text before ``clean`` sees it.
-END_MARKERS: tuple[str, ...] = (
-    "<|im_end|>",
-    "<|endoftext|>",
-    "<|eot_id|>",
-    "<|end_of_text|>",
-    "<|end|>",
-    "<end_of_turn>",
-    "</s>",
-)
 
 #: A row of ``return_intermediates``: tokens, action mask, padding mask.
 Intermediate = tuple[np.ndarray, np.ndarray, np.ndarray]

@@ -295,7 +295,8 @@ class InferenceJob:
         ``temperature == 0``; otherwise samples with ``top_k`` (0 = off) and nucleus ``top_p``, reproducibly from
         ``seed`` (``None``: a fresh seed from the job's ``seed`` and a call counter). A row stops at the
         end-of-text/eos token (unless ``ignore_eos``, for fixed-length benchmarks) or after ``max_new_tokens``;
-        ``stop`` strings cut the text afterwards.
+        ``stop`` strings cut the text afterwards, and one the tokenizer spells with a single token also ends the
+        row's decoding when emitted (:meth:`single_token_stops`: less work, the same text).
 
         A prompt needs ``len(prompt_tokens) + max_new_tokens <= block_size``; a longer one raises ``ValueError``
         unless ``truncate="left"``, which keeps the prompt's last tokens. An empty prompt starts from the
@@ -303,6 +304,7 @@ class InferenceJob:
         """
         texts = [p if isinstance(p, str) else self.tokenizer.apply_chat_template(p) for p in prompts]
         encoded = self.tokenizer.encode_batch(texts, allowed_special="all")
+        stops = [stop] if isinstance(stop, str) else [s for s in stop if s]
         gens, prompt_ids = self.generate_tokens(
             encoded,
             max_new_tokens,
@@ -313,14 +315,28 @@ class InferenceJob:
             n=n,
             truncate=truncate,
             ignore_eos=ignore_eos,
+            stop_token_ids=self.single_token_stops(stops),
         )
-        stops = [stop] if isinstance(stop, str) else [s for s in stop if s]
         results = []
         for row, gen in enumerate(gens):
             i, j = divmod(row, n)
             results.append(self._finish(texts[i], prompt_ids[i], gen, stops, i, j, ignore_eos))
         self.stats.tokens_generated += sum(len(g) for g in gens)
         return results
+
+    def single_token_stops(self, stops: Sequence[str]) -> tuple[int, ...]:
+        """The ids of the stop strings the tokenizer spells with one token (``<|im_end|>`` in a chat model's
+        vocabulary, a newline...): a row that emits one has produced its stop string, so decoding ends for it
+        there instead of running to ``max_new_tokens`` and being cut afterwards. Same text either way."""
+        out = set()
+        for text in stops:
+            try:
+                ids = self.tokenizer.encode(text, allowed_special="all")
+            except Exception:  # a tokenizer that cannot encode it: the string is still cut afterwards
+                continue
+            if len(ids) == 1 and 0 <= int(ids[0]) < self.config.vocab_size and self.tokenizer.decode(ids) == text:
+                out.add(int(ids[0]))
+        return tuple(sorted(out))
 
     def _finish(
         self,
@@ -357,10 +373,12 @@ class InferenceJob:
         n: int = 1,
         truncate: Literal["error", "left"] = "error",
         ignore_eos: bool = False,
+        stop_token_ids: Sequence[int] = (),
     ) -> tuple[list[list[int]], list[list[int]]]:
         """Token-level rollout: prompt id lists -> (``len(prompts) * n`` generated id lists, prompts as fed).
 
         A generated list ends with the stop token that ended it, if any (see :meth:`rollout` for the rest).
+        ``stop_token_ids`` end rows too, besides the end-of-text/eos tokens (not with ``ignore_eos``).
         """
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -406,7 +424,7 @@ class InferenceJob:
             self._put_scalar(top_k, np.int32),
             self._put_scalar(top_p, np.float32),
         )
-        stop_ids = () if ignore_eos else self.stop_token_ids
+        stop_ids = () if ignore_eos else tuple(sorted({*self.stop_token_ids, *map(int, stop_token_ids)}))
         static = {"cfg": self.config, "new_slots": new_slots, "mode": mode, "stop_ids": stop_ids}
         pending = []
         for start in range(0, len(rows), B):

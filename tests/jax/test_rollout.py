@@ -244,3 +244,32 @@ def test_top_k_and_inclusive_top_p_keep_the_right_support():
     assert support(0, 0.85) == {0, 1, 2}
     assert support(3, 0.5) == {0}
     assert support(1, 1.0) == {0}
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.2])
+def test_a_single_token_stop_string_ends_decoding_with_the_same_text(random_gpt, temperature):
+    prompts = random_prompts(6, 2, 12, seed=21)
+    free = random_gpt.rollout(prompts, 40, temperature=temperature, seed=4, ignore_eos=False)
+    # the most frequent generated ASCII character: a stop string the byte tokenizer spells with one token
+    counts: dict[str, int] = {}
+    for r in free:
+        for ch in r.text:
+            if ch.isascii():
+                counts[ch] = counts.get(ch, 0) + 1
+    stop = max(counts, key=counts.__getitem__)
+    assert random_gpt.single_token_stops([stop, "two chars", "<|endoftext|>"]) == tuple(
+        sorted({ord(stop), random_gpt.tokenizer.eot_token})
+    )
+    before = random_gpt.stats.decode_steps
+    stopped = random_gpt.rollout(prompts, 40, temperature=temperature, seed=4, stop=stop)
+    steps_with_stop = random_gpt.stats.decode_steps - before
+    before = random_gpt.stats.decode_steps
+    random_gpt.rollout(prompts, 40, temperature=temperature, seed=4)
+    steps_without = random_gpt.stats.decode_steps - before
+    for a, b in zip(stopped, free, strict=True):
+        assert a.text == b.text.split(stop)[0]
+        assert a.finish_reason == ("stop" if stop in b.text else b.finish_reason)
+        assert a.tokens == b.tokens[: len(a.tokens)]
+    if all(stop in b.text[:-1] for b in free):  # every row stops before its last token: less decoding
+        assert steps_with_stop < steps_without
+    assert steps_with_stop <= steps_without

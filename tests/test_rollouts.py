@@ -164,6 +164,7 @@ def test_rollouts_do_not_depend_on_who_runs_them(project):
     single = responses()
     assert responses("-k", "exact and (p7 or p11)") == {k: single[k] for k in ("p7", "p11")}
     assert responses("-n", "2", "-p", "xdist") == single
+    assert responses("--reward-granularity", "file", "-n", "2", "-p", "xdist") == single
 
 
 def test_dist_loadfile_rolls_out_each_chunk_once_across_workers(project):

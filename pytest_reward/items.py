@@ -376,9 +376,12 @@ class _FileRun:
         label, pool = self.invoker.file_label, self.rs.rollouts
         try:
             responses = pool.chunk(self._job(), label, index, samples, rolling)
-        except (ValueError, RuntimeError) as exc:  # e.g. a prompt longer than the model's context
+        except (ValueError, RuntimeError, pytest.fail.Exception) as exc:
+            # a prompt longer than the model's context, or no model at all (the fixture failed): these samples
+            # fail with the reason, the file's other samples are still scored
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             for sample in samples:
-                yield self.invoker.outcome(sample, None, error=f"rollout failed: {exc}")
+                yield self.invoker.outcome(sample, None, error=f"rollout failed: {reason}")
             return
         finally:
             pool.consumed(label, index, rolling)

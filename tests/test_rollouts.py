@@ -320,6 +320,16 @@ def test_a_missing_model_directory_fails_with_the_path(project):
     assert "Traceback" not in result.stdout.str()
 
 
+def test_file_granularity_with_a_missing_model_fails_only_the_prompt_only_samples(project):
+    project.file("rewards.py", EXACT.format(rollout=""))
+    answered = {"id": "done", "messages": msgs("1+1=", "2"), "ground_truth": "2"}
+    project.jsonl("prompts.jsonl", [*prompts(1), answered])
+    rows = _rows(project, "--reward-granularity", "file", "--reward-model", "no/such/model")
+    exact = {r["id"]: r for r in rows if r["function"] == "exact"}
+    assert exact["done"]["score"] == 1.0
+    assert exact["p0"]["error"].startswith("rollout failed: --reward-model no/such/model: not a model directory")
+
+
 def test_pass_at_k_known_values():
     assert pass_at_k(4, 0, 1) == 0.0 and pass_at_k(4, 4, 1) == 1.0
     assert pass_at_k(4, 1, 1) == pytest.approx(0.25)

@@ -696,8 +696,11 @@ class EncodingEvaluation(Evaluation):
             if check_ids:
                 _check_ids(self, job, i, ids)
             seqs.append([start, *ids])
-        logits = job.logits([s[:-1] for s in seqs])
-        preds = [np.argmax(lg, axis=-1).tolist() for lg in logits]
+        inputs = [s[:-1] for s in seqs]
+        if hasattr(job, "predictions"):  # argmax in vocabulary chunks: no (T, V) logits held
+            preds = [p.tolist() for p in job.predictions(inputs)]
+        else:
+            preds = [np.argmax(lg, axis=-1).tolist() for lg in job.logits(inputs)]
         outputs = [self.clean(d) for d in enc.decode_batch(preds)]
         scores = list(self.score(texts, outputs))
         if len(scores) != len(texts):

@@ -184,6 +184,26 @@ def score(
     return jnp.where(scored, logp, 0.0), (target_logit >= top) & scored
 
 
+def predict(
+    params: model.Params, tokens: jax.Array, mask: jax.Array, *, cfg: ModelConfig, vocab_chunk: int = 8192
+) -> jax.Array:
+    """The argmax next token at every position, (B, T) int32, without materialising the (B, T, V) logits: the
+    vocabulary is unembedded ``vocab_chunk`` ids at a time, keeping a running max and its index (the lowest
+    index among equal maxima, as ``argmax`` over the whole row)."""
+    x, _ = model.hidden_states(params, cfg, tokens, mask)
+    h = model.final_norm(params, cfg, x)
+    top = jnp.full(tokens.shape, -jnp.inf, jnp.float32)
+    best = jnp.zeros(tokens.shape, jnp.int32)
+    for start in range(0, cfg.vocab_size, vocab_chunk):
+        size = min(vocab_chunk, cfg.vocab_size - start)
+        lg = model.unembed_slice(params, cfg, h, start, size)  # (B, T, size)
+        chunk_top = jnp.max(lg, axis=-1)
+        better = chunk_top > top  # strictly: an equal maximum in a later chunk has a higher index
+        best = jnp.where(better, jnp.argmax(lg, axis=-1).astype(jnp.int32) + start, best)
+        top = jnp.where(better, chunk_top, top)
+    return best
+
+
 def logits(params: model.Params, tokens: jax.Array, mask: jax.Array, *, cfg: ModelConfig) -> jax.Array:
     """tokens/mask (B, T) -> logits (B, T, V) float32."""
     return model.forward(params, cfg, tokens, mask)
@@ -193,3 +213,4 @@ rollout_jit = jax.jit(rollout, static_argnames=("cfg", "new_slots", "mode", "sto
 rollout_no_cache_jit = jax.jit(rollout_no_cache, static_argnames=("cfg", "new_tokens"))
 score_jit = jax.jit(score, static_argnames=("cfg", "vocab_chunk"))
 logits_jit = jax.jit(logits, static_argnames=("cfg",))
+predict_jit = jax.jit(predict, static_argnames=("cfg", "vocab_chunk"))

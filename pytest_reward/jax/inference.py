@@ -597,6 +597,14 @@ class InferenceJob:
 
     def logits(self, sequences: Sequence[Sequence[int]]) -> list[np.ndarray]:
         """Logits of token sequences: one float32 array (len_i, V) per sequence (row t predicts token t + 1)."""
+        return self._per_position("logits", generate.logits_jit, sequences)
+
+    def predictions(self, sequences: Sequence[Sequence[int]]) -> list[np.ndarray]:
+        """The argmax next token after every prefix: one int32 array (len_i,) per sequence, equal to
+        ``logits(sequences)[i].argmax(-1)`` without ever holding the (len_i, V) logits (large vocabularies)."""
+        return self._per_position("predict", generate.predict_jit, sequences)
+
+    def _per_position(self, name: str, fn: Any, sequences: Sequence[Sequence[int]]) -> list[np.ndarray]:
         if not sequences:
             return []
         T = _bucket(max(len(s) for s in sequences), 16, self.block_size)
@@ -609,9 +617,9 @@ class InferenceJob:
             chunk = [sequences[i] for i in idx] + [sequences[idx[-1]]] * (B - len(idx))
             tokens, mask = self.pad(chunk, self.tokenizer.pad_token, T)
             args = (self.state.params, self._put_batch(tokens), self._put_batch(mask))
-            exe = self._executable("logits", generate.logits_jit, args, {"cfg": self.config})
-            lg = self._fetch(exe(*args))
-            out.extend(lg[k, T - len(sequences[i]) :] for k, i in enumerate(idx))
+            exe = self._executable(name, fn, args, {"cfg": self.config})
+            values = self._fetch(exe(*args))
+            out.extend(values[k, T - len(sequences[i]) :] for k, i in enumerate(idx))
         return out
 
     # ------------------------------------------------------------------------------------------ theseus duck type

@@ -273,3 +273,28 @@ def test_a_single_token_stop_string_ends_decoding_with_the_same_text(random_gpt,
     if all(stop in b.text[:-1] for b in free):  # every row stops before its last token: less decoding
         assert steps_with_stop < steps_without
     assert steps_with_stop <= steps_without
+
+
+def test_predictions_are_the_argmax_of_the_logits(random_gpt, hf_checkpoints):
+    llama = InferenceJob.from_checkpoint(hf_checkpoints["llama"][0], tokenizer=ByteTokenizer())
+    for job in (random_gpt, llama):
+        seqs = ByteTokenizer().encode_batch(random_prompts(5, 1, 40, seed=31))
+        expected = [lg.argmax(-1) for lg in job.logits(seqs)]
+        got = job.predictions(seqs)
+        assert [g.tolist() for g in got] == [e.tolist() for e in expected]
+        # several vocabulary chunks (the running max must keep the first index of the maximum)
+        tokens, mask = job.pad(seqs, job.tokenizer.pad_token, 48)
+        chunked = np.asarray(
+            gen_mod.predict_jit(job.params, tokens, mask, cfg=job.config, vocab_chunk=50)
+        )
+        for row, seq, e in zip(chunked, seqs, expected, strict=True):
+            assert row[48 - len(seq) :].tolist() == e.tolist()
+
+
+def test_chunked_argmax_keeps_the_first_of_equal_maxima():
+    cfg = ModelConfig.gpt2(vocab_size=257, d_model=16, n_layers=1, n_heads=2, max_positions=16)
+    params = init_params(cfg, seed=0, std=0.0)  # all-zero weights: every logit equal
+    tokens = np.zeros((1, 4), np.int32)
+    mask = np.ones((1, 4), bool)
+    got = np.asarray(gen_mod.predict_jit(params, tokens, mask, cfg=cfg, vocab_chunk=64))
+    assert got.tolist() == [[0, 0, 0, 0]]  # as argmax over the whole row

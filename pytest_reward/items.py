@@ -401,6 +401,8 @@ class _FileRun:
         record = RecordColumns() if settings.needs_record else None
         invoker = self.invoker
         invoker.light = True  # key and excerpt only for the outcomes kept below
+        pool = self.rs.rollouts if self.rollout_settings() is not None else None
+        before = (pool.calls, pool.seconds) if pool is not None else (0, 0.0)
         pending: list[str] = []  # rows written in blocks, not one write call per sample
         try:
             for outcome in self._outcomes():
@@ -446,6 +448,7 @@ class _FileRun:
                 "rows_file": rows.name if rows is not None else None,
                 "record": record.columns if record is not None else None,
                 "verdict": FAIL if n_failing else "pass",
+                "rollouts": _rollout_delta(pool, before) if pool is not None else None,
             }
         )
         if summary.n == 0:
@@ -740,28 +743,38 @@ class RolloutSampleItem(_ModelItem):
         settings = rs.rollout_settings(self.fn.gates.rollout_map)
         sample = self.sample
         start = time.perf_counter()
+        pool = rs.rollouts
+        before = (pool.calls, pool.seconds)
         try:
-            responses = rs.rollouts.responses(job, self.invoker.file_label, sample, settings)
+            responses = pool.responses(job, self.invoker.file_label, sample, settings)
         except (ValueError, RuntimeError) as exc:  # e.g. a prompt longer than the model's context
             outcome = self.invoker.outcome(sample, None, error=f"rollout failed: {exc}")
-            self._record(outcome)
+            self._record(outcome, _rollout_delta(pool, before))
             raise RewardFailure(
                 outcome.failures[0], describe_outcome(outcome, self.fn, self.config.get_verbosity())
             ) from None
+        rolled = _rollout_delta(pool, before)
         outcome = score_responses(self.invoker, sample, responses, catch=False, start=start)
-        self._record(outcome)
+        self._record(outcome, rolled)
         if outcome.verdict == FAIL:
             raise RewardFailure(
                 outcome.failures[0], describe_outcome(outcome, self.fn, self.config.get_verbosity())
             )
 
-    def _record(self, outcome: SampleOutcome) -> None:
+    def _record(self, outcome: SampleOutcome, rollouts: list[float] | None) -> None:
         if outcome.score is not None:
             self.user_properties.append(("reward.score", outcome.score))
         self.user_properties.append(("reward.verdict", outcome.verdict))
-        self.set_reward_data(
-            {"groups": [self.group], "outcomes": [outcome.to_dict()], "verdict": outcome.verdict}
-        )
+        data = {"groups": [self.group], "outcomes": [outcome.to_dict()], "verdict": outcome.verdict}
+        if rollouts:
+            data["rollouts"] = rollouts
+        self.set_reward_data(data)
+
+
+def _rollout_delta(pool: Any, before: tuple[int, float]) -> list[float] | None:
+    """The model calls (and seconds) an item caused, for the session's count (summed over xdist workers)."""
+    calls = pool.calls - before[0]
+    return [calls, pool.seconds - before[1]] if calls else None
 
 
 class EvaluationItem(_ModelItem):

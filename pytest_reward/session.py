@@ -152,6 +152,9 @@ class RewardSession:
         self._job: Any = None
         self._reported_gates: dict[str, Gates] = {}
         self._rollouts: Any = None
+        self.rollout_calls = 0
+        self.rollout_seconds = 0.0
+        """Model calls made for prompt-only samples, summed over every process from the items' reports."""
         self.deploy_outcome: Any = None
 
     # -- discovery ---------------------------------------------------------------------------------------
@@ -330,6 +333,10 @@ class RewardSession:
                 self._reported_gates[name] = Gates().merged(
                     validate_marker((), data["gates"], "marker"), "marker"
                 )
+        rollouts = data.get("rollouts")
+        if rollouts:
+            self.rollout_calls += int(rollouts[0])
+            self.rollout_seconds += float(rollouts[1])
         for raw in data.get("outcomes", []):
             outcome = SampleOutcome.from_dict(raw)
             key = (outcome.function, outcome.file)

@@ -167,6 +167,22 @@ def test_rollouts_do_not_depend_on_who_runs_them(project):
     assert responses("--reward-granularity", "file", "-n", "2", "-p", "xdist") == single
 
 
+def test_rollout_calls_are_counted_across_xdist_workers(project):
+    project.file("conftest.py", FAKE_JOB)
+    project.file("rewards.py", EXACT.format(rollout=""))
+    project.jsonl("prompts.jsonl", prompts(10))
+    args = ("--reward-samples", "prompts.jsonl", "--reward-max-batch", "4", "-p", "xdist", "-n", "2")
+    result = project.run_subprocess(*args, "--dist", "loadfile")
+    result.stdout.fnmatch_lines(["reward: rollouts: 3 call(s) to the model, *"])  # the workers' calls, summed
+    assert "--dist loadfile keeps" not in result.stdout.str()
+    (project.path / "calls.jsonl").unlink()
+    result = project.run_subprocess(*args)
+    made = len(calls(project))
+    result.stdout.fnmatch_lines(
+        [f"reward: rollouts: {made} call(s) to the model, *", "reward: with --dist load, *--dist loadfile keeps*"]
+    )
+
+
 def test_dist_loadfile_rolls_out_each_chunk_once_across_workers(project):
     project.file("conftest.py", FAKE_JOB)
     project.file("rewards.py", EXACT.format(rollout=""))

@@ -122,9 +122,15 @@ def write_summary(tr: Any, rs: RewardSession) -> None:
                     f"{r.function} on {r.file}: {n} responses per prompt: pass@1 {ro.get('pass@1', 0):.3f}, "
                     f"pass@{n} {ro.get(f'pass@{n}', 0):.3f}, best-of-{n} mean {ro.get('best_of_n', 0):.3f}"
                 )
-        pool = rs._rollouts
-        if pool is not None and pool.calls:
-            tr.write_line(f"reward: rollouts: {pool.calls} call(s) to the model, {pool.seconds:.1f}s")
+        if rs.rollout_calls:
+            tr.write_line(
+                f"reward: rollouts: {rs.rollout_calls} call(s) to the model, {rs.rollout_seconds:.1f}s"
+            )
+            if rs.config.getoption("dist", "no") == "load":
+                tr.write_line(
+                    "reward: with --dist load, workers roll out the chunks their own items need (a chunk may be "
+                    "rolled out by several); --dist loadfile keeps each samples file on one worker"
+                )
     if rs.comparisons and verbosity >= -1:
         tr.write(
             render_comparison(

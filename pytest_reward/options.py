@@ -404,11 +404,9 @@ class Settings:
     model: str | None = None
     tokenizer: Path | None = None
     max_batch: int = 32
-    rollout_n: int = 1
-    rollout_temperature: float = 0.0
-    rollout_top_p: float = 1.0
-    rollout_max_new_tokens: int | None = None
-    rollout_seed: int = 0
+    rollout: dict[str, Any] = field(default_factory=dict)
+    """``RolloutSettings`` fields from the command line and ini (a marker's ``rollout=`` overrides them); a dict,
+    so that start-up does not import the rollouts module."""
     jax_cache_dir: Path | None = None
     deploy: bool = False
     deploy_target: str | None = None
@@ -585,15 +583,17 @@ def resolve(config: pytest.Config) -> Settings:
         model=values["reward_model"][0],
         tokenizer=_path(values["reward_tokenizer"][0], config.invocation_params.dir),
         max_batch=_positive("--reward-max-batch", *values["reward_max_batch"]),
-        rollout_n=_positive("--reward-rollout-n", *values["reward_rollout_n"]),
-        rollout_temperature=_at_least("--reward-rollout-temperature", *values["reward_rollout_temperature"]),
-        rollout_top_p=_top_p(*values["reward_rollout_top_p"]),
-        rollout_max_new_tokens=(
-            None
-            if values["reward_rollout_max_new_tokens"][0] is None
-            else _positive("--reward-rollout-max-new-tokens", *values["reward_rollout_max_new_tokens"])
+        rollout=dict(
+            n=_positive("--reward-rollout-n", *values["reward_rollout_n"]),
+            temperature=_at_least("--reward-rollout-temperature", *values["reward_rollout_temperature"]),
+            top_p=_top_p(*values["reward_rollout_top_p"]),
+            max_new_tokens=(
+                None
+                if values["reward_rollout_max_new_tokens"][0] is None
+                else _positive("--reward-rollout-max-new-tokens", *values["reward_rollout_max_new_tokens"])
+            ),
+            seed=values["reward_rollout_seed"][0],
         ),
-        rollout_seed=values["reward_rollout_seed"][0],
         jax_cache_dir=_path(values["reward_jax_cache_dir"][0], config.rootpath),
         deploy=config.getoption("reward_deploy", None) is not None,
         deploy_target=config.getoption("reward_deploy", None)

@@ -53,9 +53,6 @@ class RolloutSettings:
     seed: int = 0
     stop: tuple[str, ...] = ()
 
-    def merged(self, overrides: dict[str, Any]) -> RolloutSettings:
-        return RolloutSettings(**{**self.__dict__, **overrides})
-
     def describe(self) -> str:
         mode = (
             "greedy" if self.temperature == 0 else f"temperature {self.temperature:g}, top_p {self.top_p:g}"

@@ -401,15 +401,7 @@ class RewardSession:
     def rollout_settings(self, overrides: dict[str, Any]) -> Any:
         from .rollouts import RolloutSettings
 
-        s = self.settings
-        base = RolloutSettings(
-            n=s.rollout_n,
-            temperature=s.rollout_temperature,
-            top_p=s.rollout_top_p,
-            max_new_tokens=s.rollout_max_new_tokens,
-            seed=s.rollout_seed,
-        )
-        return base.merged(overrides)
+        return RolloutSettings(**{**self.settings.rollout, **overrides})
 
     @property
     def rollouts(self) -> Any:

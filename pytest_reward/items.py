@@ -667,18 +667,18 @@ def _needs_model(inference_job: Any) -> None:
     """Stand-in test function of model-backed items: it makes pytest resolve the ``inference_job`` fixture."""
 
 
-def _set_string_node_id(item: pytest.Item, nodeid: str) -> None:
-    """pytest >= 9.2 builds a ``Function``'s structured id from ``name`` without splitting off ``[...]``; give it
-    the id pytest parses back from ``--lf`` caches and ``--deselect`` (as ``_RewardItem.from_parent`` does)."""
-    try:
-        from _pytest.nodeid import coerce_node_id
-    except ImportError:  # pytest < 9.2: node ids are plain strings
-        return
-    item._id = coerce_node_id(nodeid)  # type: ignore[attr-defined]
-
-
 class _ModelItem(_Located, pytest.Function):
     """A ``pytest.Function`` (so that it can use fixtures) reporting like our other items."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        # pytest >= 9.2 builds a Function's structured id from ``name`` without splitting off ``[...]``; give it
+        # the id pytest parses back from --lf caches and --deselect (as _RewardItem.from_parent does).
+        try:
+            from _pytest.nodeid import coerce_node_id
+        except ImportError:  # pytest < 9.2: node ids are plain strings
+            return
+        self._id = coerce_node_id(f"{self.parent.nodeid}::{self.name}")  # type: ignore[union-attr]
 
     def repr_failure(self, excinfo: ExceptionInfo[BaseException], style: Any = None) -> str | TerminalRepr:  # type: ignore[override]
         if isinstance(excinfo.value, RewardFailure):
@@ -708,10 +708,6 @@ def _lazy_model(request: Any) -> None:
 class ModelFileItem(_FileRun, _ModelItem):
     """A reward function on a whole samples file, rolling out its prompt-only samples with ``inference_job``."""
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        _set_string_node_id(self, f"{self.parent.nodeid}::{self.name}")  # type: ignore[union-attr]
-
     def _job(self) -> Any:
         return self._request.getfixturevalue("inference_job")
 
@@ -726,7 +722,6 @@ class RolloutSampleItem(_ModelItem):
         self, *, fn: RewardFn, invoker: Invoker, sample: Sample, group: dict[str, Any], **kwargs: Any
     ) -> None:
         super().__init__(**kwargs)
-        _set_string_node_id(self, f"{self.parent.nodeid}::{self.name}")  # type: ignore[union-attr]
         self.fn = fn
         self.invoker = invoker
         self.sample = sample

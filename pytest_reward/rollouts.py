@@ -20,6 +20,7 @@ import hashlib
 import math
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -151,18 +152,15 @@ class RolloutPool:
         self, job: Any, file: str, index: int, samples: Sequence[Sample], settings: RolloutSettings
     ) -> list[list[str]]:
         prompts = [prompt_of(s) for s in samples]
-        start = time.perf_counter()
+        max_new = settings.max_new_tokens
+        if max_new is None:
+            max_new = min(64, max(1, int(getattr(job, "block_size", 128)) // 2))
+        stop = settings.stop
+        if any(not isinstance(p, str) for p in prompts):  # chats: the assistant's turn ends at its end marker
+            stop = (*stop, *(m for m in END_MARKERS if m not in stop))
         label = f"rolling out {len(prompts)} prompts x {settings.n} from {file} ({settings.describe()})"
-        context = self.progress(label, len(prompts)) if self.progress else None
-        try:
-            if context is not None:
-                context.__enter__()
-            max_new = settings.max_new_tokens
-            if max_new is None:
-                max_new = min(64, max(1, int(getattr(job, "block_size", 128)) // 2))
-            stop = settings.stop
-            if any(not isinstance(p, str) for p in prompts):  # chats: the assistant's turn ends at its end marker
-                stop = (*stop, *(m for m in END_MARKERS if m not in stop))
+        start = time.perf_counter()
+        with self.progress(label, len(prompts)) if self.progress else nullcontext():
             rollouts = job.rollout(
                 prompts,
                 max_new,
@@ -173,9 +171,6 @@ class RolloutPool:
                 seed=_chunk_seed(settings.seed, file, index),
                 n=settings.n,
             )
-        finally:
-            if context is not None:
-                context.__exit__(None, None, None)
         self.calls += 1
         self.seconds += time.perf_counter() - start
         n = settings.n

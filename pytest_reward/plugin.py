@@ -243,8 +243,6 @@ class RewardHooks:
             rs.deploy_outcome = run_deploy(session, rs)
             if rs.deploy_outcome.failed and session.exitstatus == 0:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        import sys
-
         scoring = sys.modules.get("pytest_reward.scoring")
         if scoring is not None:
             scoring.close_loop()

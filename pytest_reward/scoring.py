@@ -287,10 +287,7 @@ class Invoker:
         """Score one sample, never raising (file mode)."""
         start = time.perf_counter()
         try:
-            if self.runs == 1:
-                result, runs = self._once(sample), None
-            else:
-                result, runs = self.call(sample)
+            result, runs = self.call(sample)
         except Exception as exc:
             return self.outcome(
                 sample, None, error=describe_exception(exc), duration=time.perf_counter() - start

@@ -35,7 +35,6 @@ import argparse
 import datetime as _dt
 import json
 import os
-import platform
 import pstats
 import re
 import shlex
@@ -49,6 +48,8 @@ import timeit
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
+
+from _common import machine, user_env, write_section
 
 SECTION = "## Core plugin (issue 3)"
 ROOT = Path(__file__).resolve().parents[1]
@@ -132,8 +133,7 @@ def clean_env(workdir: Path, src: Path | None) -> dict[str, str]:
     """No PYTEST_* settings; bytecode caching on, as for users (without it pytest re-compiles the assertion-
     rewritten modules of every installed plugin on every run), with the caches kept in the work directory;
     ``src`` (a snapshot of the package) ahead of the editable install."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PY_COLORS", "COV_"))}
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env = {k: v for k, v in user_env().items() if not k.startswith(("PYTEST_", "PY_COLORS", "COV_"))}
     env["PYTHONPYCACHEPREFIX"] = str(workdir / "pycache")
     if src is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(src), env.get("PYTHONPATH")]))
@@ -162,18 +162,6 @@ def snapshot(rev: str, dest: Path) -> tuple[Path | None, str]:
     ).stdout
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
     return dest, f"commit {commit}"
-
-
-def machine() -> str:
-    model = platform.processor() or platform.machine()
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        model = next(
-            line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")
-        )
-    except (OSError, subprocess.CalledProcessError, StopIteration):
-        pass
-    return f"{model}, {os.cpu_count()} cores, Python {platform.python_version()}, Linux {platform.release()}"
 
 
 def load() -> float:
@@ -918,17 +906,6 @@ def print_table(report: dict[str, Any]) -> None:
             print("  ".join("-" * w for w in widths))
 
 
-def write_section(path: Path, section: str) -> None:
-    """Replace our section of ``path`` (or append it), leaving everything else as it is on disk right now."""
-    text = path.read_text() if path.exists() else "# Benchmark results\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.MULTILINE | re.DOTALL)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: section.rstrip("\n") + "\n\n", text, count=1)
-    else:
-        text = text.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
-    path.write_text(text.rstrip("\n") + "\n")
-
-
 # --- main ------------------------------------------------------------------------------------------------
 
 
@@ -1077,7 +1054,7 @@ def main(argv: list[str] | None = None) -> int:
             args.json.write_text(json.dumps(report, indent=1, default=str))
         if args.results:
             command = ".venv/bin/python bench/bench_core.py " + shlex.join(argv)
-            write_section(args.results, render(report, command.strip()))
+            write_section(args.results, SECTION, render(report, command.strip()))
             print(f"\nwrote {SECTION!r} to {args.results}")
     finally:
         if not args.keep and args.workdir is None:

@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import user_env
+
 REWARDS = """
 import pytest
 from pytest_reward import reward_function
@@ -124,9 +126,7 @@ def make_project(root: Path, n: int, per_prompt: int, cache: str) -> None:
 
 
 def env() -> dict[str, str]:
-    out = dict(os.environ, JAX_PLATFORMS="cpu")
-    out.pop("PYTHONDONTWRITEBYTECODE", None)  # pytest caches rewritten modules like python caches bytecode
-    return out
+    return user_env(JAX_PLATFORMS="cpu")
 
 
 def run_session(root: Path, batch: int, granularity: str = "sample") -> tuple[float, str]:

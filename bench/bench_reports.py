@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import user_env
+
 REWARD = """
 from pytest_reward import reward_function, EvaluateResult, MetricResult
 
@@ -67,9 +69,7 @@ def run(root: Path, extra: list[str]) -> float:
         *extra,
     ]
     start = time.perf_counter()
-    env = dict(os.environ)
-    env.pop("PYTHONDONTWRITEBYTECODE", None)  # a usual machine caches bytecode (and pytest's rewritten modules)
-    out = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=env)
+    out = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=user_env())
     elapsed = time.perf_counter() - start
     if out.returncode != 0:
         raise SystemExit(out.stdout[-3000:] + out.stderr[-3000:])

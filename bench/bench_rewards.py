@@ -20,9 +20,7 @@ import argparse
 import datetime as _dt
 import json
 import os
-import platform
 import random
-import re
 import shlex
 import statistics
 import subprocess
@@ -32,6 +30,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from _common import machine, write_section
 
 SECTION = "## Built-in rewards (issue 6)"
 ROOT = Path(__file__).resolve().parents[1]
@@ -133,16 +133,6 @@ def sandbox_rate(runs: int) -> dict[str, float]:
     return {"sequential": sequential, "two_threads": threaded}
 
 
-def machine() -> str:
-    try:
-        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        model = re.search(r"^Model name:\s*(.+)$", lscpu, re.MULTILINE)
-        name = model.group(1).strip() if model else platform.processor()
-    except (OSError, subprocess.CalledProcessError):
-        name = platform.processor() or "unknown CPU"
-    return f"{name}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()} {platform.release()}"
-
-
 def agreement(a: list[float], b: list[float]) -> float:
     return sum(abs(x - y) < 1e-9 for x, y in zip(a, b, strict=True)) / len(a)
 
@@ -209,17 +199,6 @@ def _differences(report: dict[str, Any]) -> str:
         if counts:
             parts.append(f"`{name}`: " + ", ".join(f"{style} {n}" for style, n in sorted(counts.items())))
     return "; ".join(parts)
-
-
-def write_section(path: Path, section: str) -> None:
-    """Replace our section of ``path`` (or append it), leaving everything else as it is on disk right now."""
-    text = path.read_text() if path.exists() else "# Benchmark results\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.MULTILINE | re.DOTALL)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: section.rstrip("\n") + "\n\n", text, count=1)
-    else:
-        text = text.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
-    path.write_text(text.rstrip("\n") + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -295,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         command = "python bench/bench_rewards.py " + " ".join(
             shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])
         )
-        write_section(args.results, render(report, command))
+        write_section(args.results, SECTION, render(report, command))
         print(f"wrote {SECTION!r} to {args.results}")
     return 0
 

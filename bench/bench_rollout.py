@@ -28,8 +28,6 @@ import datetime as dt
 import json
 import os
 import platform
-import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,6 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from _common import cpu_model
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -78,12 +77,7 @@ def best_interleaved(fns: dict[str, Callable[[], object]], reps: int) -> dict[st
 
 
 def machine() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        model = re.search(r"Model name:\s*(.+)", out).group(1).strip()  # type: ignore[union-attr]
-    except Exception:  # pragma: no cover - lscpu missing
-        model = platform.processor() or "unknown CPU"
-    return f"{model}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start"
+    return f"{cpu_model()}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start"
 
 
 def wait_for_quiet(max_minutes: float, threshold: float = 1.0) -> None:

@@ -28,7 +28,6 @@ import contextlib
 import datetime as _dt
 import json
 import os
-import platform
 import re
 import shlex
 import signal
@@ -40,6 +39,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from _common import machine, write_section
 
 SECTION = "## Reward server (issue 5)"
 ROOT = Path(__file__).resolve().parents[1]
@@ -231,16 +232,6 @@ def tree_cpu(pid: int) -> float:
 # --- report --------------------------------------------------------------------------------------------------------
 
 
-def machine() -> str:
-    try:
-        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        model = re.search(r"^Model name:\s*(.+)$", lscpu, re.MULTILINE)
-        name = model.group(1).strip() if model else platform.processor()
-    except (OSError, subprocess.CalledProcessError):
-        name = platform.processor() or "unknown CPU"
-    return f"{name}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()} {platform.release()}"
-
-
 def versions(python: str, modules: str) -> str:
     code = f"import importlib.metadata as m; print(', '.join(f'{{n}} {{m.version(n)}}' for n in {modules.split()!r}))"
     out = subprocess.run([python, "-c", code], capture_output=True, text=True)
@@ -289,21 +280,6 @@ def render(
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     lines += ["", f"Load average (1 min) when the run ended: {load:.2f} on {os.cpu_count()} cores.", ""]
     return "\n".join(lines)
-
-
-def write_section(path: Path, text: str) -> None:
-    """Replace this benchmark's section of ``path`` (re-read now: others edit their own sections concurrently)."""
-    current = path.read_text() if path.exists() else "# Benchmark results\n"
-    start = current.find(SECTION + "\n")
-    if start == -1:
-        updated = current.rstrip("\n") + "\n\n" + text
-    else:
-        following = current.find("\n## ", start + len(SECTION))
-        end = len(current) if following == -1 else following + 1
-        updated = current[:start] + text + ("\n" + current[end:] if following != -1 else "")
-    tmp = path.with_suffix(".tmp-serve")
-    tmp.write_text(updated.rstrip("\n") + "\n")
-    os.replace(tmp, path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -393,7 +369,9 @@ def main(argv: list[str] | None = None) -> int:
         print(peer_note)
     if args.results:
         write_section(
-            args.results, render(runs, peer_note, command, args.requests, args.concurrency, args.rounds)
+            args.results,
+            SECTION,
+            render(runs, peer_note, command, args.requests, args.concurrency, args.rounds),
         )
         print(f"wrote {SECTION!r} in {args.results}")
     if failed:

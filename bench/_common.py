@@ -1,0 +1,49 @@
+"""Helpers shared by the benchmarks (run as scripts: ``bench/`` is on ``sys.path``)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import subprocess
+from pathlib import Path
+
+
+def cpu_model() -> str:
+    """The CPU's model name from ``lscpu``, else what ``platform`` knows."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return platform.processor() or platform.machine() or "unknown CPU"
+    found = re.search(r"^Model name:\s*(.+)$", out, re.MULTILINE)
+    return found.group(1).strip() if found else platform.processor() or platform.machine()
+
+
+def machine() -> str:
+    """One line for RESULTS.md: CPU, cores, Python, OS."""
+    return (
+        f"{cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"{platform.system()} {platform.release()}"
+    )
+
+
+def user_env(**extra: str) -> dict[str, str]:
+    """The environment for timed subprocesses, as on a user's machine: Python caches bytecode (and pytest its
+    assertion-rewritten modules; this sandbox sets PYTHONDONTWRITEBYTECODE, which slows every run)."""
+    env = {**os.environ, **extra}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def write_section(path: Path, heading: str, section: str) -> None:
+    """Replace the ``heading`` section of ``path`` (or append it), leaving everything else as it is on disk now
+    (others may have updated their own sections meanwhile); written atomically."""
+    text = path.read_text() if path.exists() else "# Benchmark results\n"
+    pattern = re.compile(rf"^{re.escape(heading)}\n.*?(?=^## |\Z)", re.MULTILINE | re.DOTALL)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: section.rstrip("\n") + "\n\n", text, count=1)
+    else:
+        text = text.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text.rstrip("\n") + "\n")
+    os.replace(tmp, path)

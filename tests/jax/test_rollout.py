@@ -298,3 +298,9 @@ def test_chunked_argmax_keeps_the_first_of_equal_maxima():
     mask = np.ones((1, 4), bool)
     got = np.asarray(gen_mod.predict_jit(params, tokens, mask, cfg=cfg, vocab_chunk=64))
     assert got.tolist() == [[0, 0, 0, 0]]  # as argmax over the whole row
+
+
+def test_predictions_of_a_sequence_longer_than_the_context_is_a_clear_error(random_gpt):
+    assert random_gpt.predictions([]) == []
+    with pytest.raises(ValueError, match=f"longer than block_size={random_gpt.block_size}"):
+        random_gpt.predictions([[1] * (random_gpt.block_size + 1)])

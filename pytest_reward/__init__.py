@@ -19,7 +19,7 @@ _LAZY = {
     "FunctionCall": "models",
     "RewardOutput": "models",
     "MetricRewardOutput": "models",
-    "reward_function": "decorator",
+    "reward_function": "api",
     "is_reward_function": "decorator",
 }
 
@@ -38,7 +38,8 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .decorator import is_reward_function, reward_function
+    from .api import reward_function
+    from .decorator import is_reward_function
     from .models import (
         EvaluateResult,
         FunctionCall,

@@ -29,6 +29,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 from pydantic import TypeAdapter, ValidationError
 
+from .errors import RewardInputError, RewardReturnError
 from .models import EvaluateResult, Message, RewardOutput
 
 __all__ = [
@@ -40,18 +41,6 @@ __all__ = [
     "is_reward_function",
     "reward_function",
 ]
-
-
-class RewardInputError(ValueError):
-    """An input the decorator could not coerce (reward-kit raises a plain ``ValueError`` with this text)."""
-
-
-class RewardReturnError(ValueError):
-    """A return value that is not a valid result (reward-kit raises a plain ``ValueError`` with this text)."""
-
-    def __init__(self, message: str, value: Any = None) -> None:
-        super().__init__(message)
-        self.value = value
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -385,15 +374,7 @@ def _wrap(func: Callable[..., Any], spec: RewardSpec) -> Callable[..., Any]:
     wrapper._reward_function_requirements = list(spec.requirements)  # type: ignore[attr-defined]
     wrapper._reward_function_mode = spec.mode  # type: ignore[attr-defined]
     wrapper._reward_function_resources = spec.resources  # type: ignore[attr-defined]
-    wrapper.deploy = functools.partial(_deploy, wrapper)  # type: ignore[attr-defined]
     return wrapper
-
-
-def _deploy(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> str:
-    """``fn.deploy(name=..., target=..., samples=...)``: see ``pytest_reward.deploy.api.deploy_function``."""
-    from .deploy.api import deploy_function
-
-    return deploy_function(fn, *args, **kwargs)
 
 
 def reward_function(
@@ -420,10 +401,16 @@ def reward_function(
 
 
 def is_reward_function(obj: Any) -> bool:
-    """True for functions decorated by this package's or an installed reward-kit's ``@reward_function``."""
-    from .discovery import is_reward_function as check
+    """True for functions decorated by this package's or an installed reward-kit's ``@reward_function``.
 
-    return check(obj)
+    (An attribute check: discovery calls it on every module attribute, before anything is analysed.)
+    """
+    if not callable(obj) or isinstance(obj, type):
+        return False
+    try:
+        return hasattr(obj, "__reward_spec__") or hasattr(obj, "_reward_function_mode")
+    except Exception:  # objects with exotic __getattr__
+        return False
 
 
 def get_spec(obj: Any) -> RewardSpec:

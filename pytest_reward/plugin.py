@@ -243,9 +243,9 @@ class RewardHooks:
             rs.deploy_outcome = run_deploy(session, rs)
             if rs.deploy_outcome.failed and session.exitstatus == 0:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        scoring = sys.modules.get("pytest_reward.scoring")
-        if scoring is not None:
-            scoring.close_loop()
+        call = sys.modules.get("pytest_reward.call")
+        if call is not None:
+            call.close_loop()
 
 
 class XdistHooks:

@@ -1,10 +1,9 @@
-"""Calling a reward function on samples and turning what it returns into ``SampleOutcome``s.
+"""Scoring samples with one reward function: samples in, ``SampleOutcome`` objects out.
 
-The call: ``fn(messages=..., ground_truth=..., original_messages=..., **other_sample_fields)``. ``ground_truth``
-is passed only when the sample has one; ``original_messages`` defaults to ``messages[:-1]`` when the function
-declares it and the sample does not carry it (the reward-kit docs' convention). Async functions run on one event
-loop per process; batch-mode functions get lists (``rollouts_messages`` plus one list per sample field) in
-chunks.
+How a reward function is called (keyword arguments, ``ground_truth``, ``original_messages``, async, batch mode) is
+:mod:`pytest_reward.call`'s business; this module adds what a test run needs on top: ``--reward-runs`` (K calls per
+sample, averaged), the verdict of each sample (``judge``), worker threads for I/O-bound rewards, and chunks for
+batch-mode functions.
 """
 
 from __future__ import annotations
@@ -15,8 +14,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from .decorator import RewardReturnError
-from .models import EvaluateResult
+from .call import MISSING, Reward, describe_exception, run_coroutine
+from .chat import conversation_excerpt
+from .errors import InvalidResult
 from .results import FAIL, SampleOutcome, judge
 
 if TYPE_CHECKING:
@@ -24,85 +24,7 @@ if TYPE_CHECKING:
     from .models import EvaluateResult
     from .samples import Sample
 
-__all__ = ["InvalidResult", "Invoker", "run_coroutine"]
-
-_EXCERPT = 500
-
-
-class InvalidResult(Exception):
-    """The reward function returned something that is not a usable result."""
-
-
-_LOOP: asyncio.AbstractEventLoop | None = None
-
-
-def run_coroutine(coro: Any) -> Any:
-    """Run ``coro`` on this process's reward event loop (created on first use)."""
-    global _LOOP
-    if _LOOP is None or _LOOP.is_closed():
-        _LOOP = asyncio.new_event_loop()
-    return _LOOP.run_until_complete(coro)
-
-
-def close_loop() -> None:
-    global _LOOP
-    if _LOOP is not None and not _LOOP.is_closed():
-        _LOOP.close()
-    _LOOP = None
-
-
-def _text(message: dict[str, Any] | None) -> str | None:
-    if message is None:
-        return None
-    content = message.get("content")
-    if content is None:
-        calls = message.get("tool_calls") or []
-        return "[tool calls: " + ", ".join(str((c.get("function") or {}).get("name")) for c in calls) + "]"
-    if isinstance(content, list):
-        content = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return content if len(content) <= _EXCERPT else content[:_EXCERPT] + "…"
-
-
-def conversation_excerpt(sample: Sample) -> tuple[str | None, str | None]:
-    """(last user turn, last assistant turn), truncated."""
-    messages = sample.messages or []
-    user = next((m for m in reversed(messages) if m.get("role") == "user"), None)
-    last = messages[-1] if messages and messages[-1].get("role") == "assistant" else None
-    if sample.prompt is not None and user is None:
-        return _text({"content": sample.prompt}), None
-    return _text(user), _text(last)
-
-
-def to_result(value: Any, fn_name: str) -> EvaluateResult:
-    """Accept our ``EvaluateResult`` or a foreign one (installed reward-kit); anything else is invalid."""
-    if value.__class__ is EvaluateResult or isinstance(value, EvaluateResult):
-        return value
-    if value is not None and hasattr(value, "model_dump") and hasattr(value, "score"):
-        try:
-            return EvaluateResult.model_validate(value.model_dump())
-        except Exception as exc:
-            raise InvalidResult(
-                f"reward function '{fn_name}' returned an unusable {type(value).__name__}: {exc}"
-            ) from None
-    raise invalid_return(fn_name, value)
-
-
-def invalid_return(fn_name: str, value: Any, detail: str = "") -> InvalidResult:
-    """The error for a return value that is not a result; the first line names what came back."""
-    detail_lines = [line for line in detail.splitlines()[1:] if "errors.pydantic.dev" not in line]
-    shown = "None" if value is None else f"{type(value).__name__} {_short(value)}"
-    message = f"{fn_name} returned {shown}: expected EvaluateResult (or a dict with 'score')"
-    return InvalidResult("\n".join([message, *detail_lines]))
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def describe_exception(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}".strip()
-    return text if len(text) <= 2000 else text[:2000] + "…"
+__all__ = ["Invoker", "error_outcome", "merge_runs", "spread"]
 
 
 def merge_runs(results: Sequence[EvaluateResult], what: str = "runs") -> EvaluateResult:
@@ -152,34 +74,16 @@ class Invoker:
         self.runs = runs
         self.light = False
         """File granularity: leave key and excerpt empty (filled by ``complete`` for outcomes that are kept)."""
-        spec = fn.spec
-        self._wants_original = "original_messages" in spec.parameters
-        self._is_async = spec.is_async
-        self.batch = spec.mode == "batch"
+        self.reward = Reward(fn.obj, spec=fn.spec, name=fn.name)
+        self.batch = self.reward.batch
 
     # -- building calls ------------------------------------------------------------------------------------
 
     def kwargs_for(self, sample: Sample) -> dict[str, Any]:
-        kwargs = dict(sample.kwargs)
-        messages = sample.messages if sample.messages is not None else []
-        kwargs["messages"] = messages
-        if sample.has_ground_truth:
-            kwargs["ground_truth"] = sample.ground_truth
-        if self._wants_original and "original_messages" not in kwargs:
-            kwargs["original_messages"] = messages[:-1]
-        return kwargs
-
-    def _once(self, sample: Sample) -> EvaluateResult:
-        __tracebackhide__ = True
-        try:
-            value = self.fn.obj(**self.kwargs_for(sample))
-            if value.__class__ is EvaluateResult:  # the usual return, before the coroutine check
-                return value
-            if self._is_async or asyncio.iscoroutine(value):
-                value = run_coroutine(value)
-        except RewardReturnError as exc:
-            raise invalid_return(self.fn.name, exc.value, str(exc)) from None
-        return to_result(value, self.fn.name)
+        """The call's keyword arguments (:meth:`pytest_reward.call.Reward.kwargs`) from a sample."""
+        return self.reward.kwargs(
+            sample.messages, sample.ground_truth if sample.has_ground_truth else MISSING, sample.kwargs
+        )
 
     def _merge(self, results: list[EvaluateResult]) -> Scored:
         if len(results) == 1:
@@ -190,38 +94,14 @@ class Invoker:
         """Call the function on one sample; user exceptions propagate, bad returns raise ``InvalidResult``."""
         __tracebackhide__ = True
         if self.runs == 1:
-            return self._once(sample), None
-        return self._merge([self._once(sample) for _ in range(self.runs)])
-
-    def _batch_once(self, samples: Sequence[Sample]) -> list[EvaluateResult]:
-        __tracebackhide__ = True
-        keys: dict[str, None] = {}
-        per_sample = [self.kwargs_for(s) for s in samples]
-        for kw in per_sample:
-            keys.update(dict.fromkeys(kw))
-        keys.pop("messages", None)
-        kwargs: dict[str, Any] = {k: [kw.get(k) for kw in per_sample] for k in keys}
-        kwargs["rollouts_messages"] = [kw["messages"] for kw in per_sample]
-        try:
-            value = self.fn.obj(**kwargs)
-            if self._is_async or asyncio.iscoroutine(value):
-                value = run_coroutine(value)
-        except RewardReturnError as exc:
-            raise invalid_return(self.fn.name, exc.value, str(exc)) from None
-        if not isinstance(value, list):
-            raise InvalidResult(
-                f"batch reward function '{self.fn.name}' returned {type(value).__name__}; expected a list"
-            )
-        if len(value) != len(samples):
-            raise InvalidResult(
-                f"batch reward function '{self.fn.name}' returned {len(value)} results for {len(samples)} samples"
-            )
-        return [to_result(v, self.fn.name) for v in value]
+            return self.reward.call(self.kwargs_for(sample)), None
+        return self._merge([self.reward.call(self.kwargs_for(sample)) for _ in range(self.runs)])
 
     def call_batch(self, samples: Sequence[Sample]) -> list[Scored]:
         """Call a batch-mode function on a chunk of samples; one result per sample, in order."""
         __tracebackhide__ = True
-        runs = [self._batch_once(samples) for _ in range(self.runs)]
+        rows = [self.kwargs_for(s) for s in samples]
+        runs = [self.reward.call_batch(rows) for _ in range(self.runs)]
         return [self._merge([run[i] for run in runs]) for i in range(len(samples))]
 
     # -- outcomes ------------------------------------------------------------------------------------------
@@ -240,7 +120,7 @@ class Invoker:
         if sample is not None:
             if not outcome.key:
                 outcome.key = sample.key
-            outcome.user, outcome.response = conversation_excerpt(sample)
+            outcome.user, outcome.response = conversation_excerpt(sample.messages, sample.prompt)
             outcome.sample = None
         return outcome
 
@@ -258,7 +138,7 @@ class Invoker:
         if self.light:
             user = response = None
         else:
-            user, response = conversation_excerpt(sample)
+            user, response = conversation_excerpt(sample.messages, sample.prompt)
         extra: dict[str, Any] = {}
         if runs is not None:
             extra = {"runs": runs, "spread": spread(runs)}
@@ -320,7 +200,7 @@ class Invoker:
             for sample in samples:
                 yield self.score_one(sample)
             return
-        if self._is_async:
+        if self.reward.is_async:
             for block in _chunks(samples, workers * 4):
                 yield from run_coroutine(self._gather(block, workers))
             return
@@ -335,13 +215,10 @@ class Invoker:
             async with semaphore:
                 start = time.perf_counter()
                 try:
-                    results = []
-                    for _ in range(self.runs):
-                        results.append(to_result(await self.fn.obj(**self.kwargs_for(sample)), self.fn.name))
+                    results = [await self.reward.acall(self.kwargs_for(sample)) for _ in range(self.runs)]
                     result, runs = self._merge(results)
-                except RewardReturnError as exc:
-                    error = str(invalid_return(self.fn.name, exc.value, str(exc)))
-                    return self.outcome(sample, None, error=error, duration=time.perf_counter() - start)
+                except InvalidResult as exc:
+                    return self.outcome(sample, None, error=str(exc), duration=time.perf_counter() - start)
                 except Exception as exc:
                     return self.outcome(
                         sample, None, error=describe_exception(exc), duration=time.perf_counter() - start

@@ -596,8 +596,8 @@ def _score_with_reward(
     fn: Callable[..., Any], prompts: Sequence[Any], generated: Sequence[str], targets: Sequence[Any]
 ) -> list[Scored]:
     """Call a reward function on every (prompt, generation) pair; failures score 0 with the error kept."""
+    from ..call import describe_exception, run_coroutine, to_result
     from ..decorator import get_spec
-    from ..scoring import describe_exception, run_coroutine, to_result
 
     spec = get_spec(_check_reward(fn))
     name = spec.name

@@ -11,15 +11,19 @@ Stdlib only, imported by nothing: ``sandbox.py`` starts it in a new session with
    writable), ``PR_SET_NO_NEW_PRIVS``, ``PR_SET_PDEATHSIG`` and a Landlock ruleset that allows writes only below
    the working directory (and to ``/dev/null``), reads only below the system directories, the interpreter's
    installation and the working directory (when the parent passes ``read_paths``), denies TCP bind/connect
-   and, where the kernel supports it, signals and abstract unix sockets outside the sandbox;
+   and, where the kernel supports it, signals and abstract unix sockets outside the sandbox; then the seccomp
+   filter the parent built (``seccomp``: a BPF program, base64) that refuses unix sockets. With ``strict`` the
+   init refuses to go on when any boundary lacks its mechanism (``_gaps``);
 4. the init forks the program (so the program is an ordinary process, not a namespace init that ignores
    default-action signals), ``execve``s it with the environment this launcher was given, waits for it and
    reports its wait status. When the init exits, the kernel kills whatever is left in the PID namespace.
 
-Status lines on the status fd: ``protections <json>`` once set up, ``setup-error <text>`` if the program could
-not be started, ``exit <wait status>`` when it ends.
+Status lines on the status fd: ``protections <json>`` once set up (``gaps`` in it lists each boundary left without
+its mechanism on this host), ``setup-error <text>`` if the program could not be started, ``exit <wait status>``
+when it ends.
 """
 
+import base64
 import ctypes
 import json
 import os
@@ -44,6 +48,8 @@ MS_NODEV = 4
 MS_NOEXEC = 8
 
 PR_SET_PDEATHSIG = 1
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
 PR_SET_NO_NEW_PRIVS = 38
 
 # Landlock (include/uapi/linux/landlock.h); the syscall numbers are the same on x86_64 and aarch64.
@@ -83,13 +89,14 @@ def _write(path: str, text: str) -> None:
         fh.write(text)
 
 
-def _enter_namespaces(as_root: bool) -> list[str]:
-    """Unshare what this kernel and these privileges allow; return the names of the namespaces entered."""
+def _enter_namespaces(as_root: bool) -> tuple[list[str], str]:
+    """Unshare what this kernel and these privileges allow; return the names of the namespaces entered and, when
+    some are missing, why."""
     wanted = [("net", CLONE_NEWNET), ("pid", CLONE_NEWPID), ("mnt", CLONE_NEWNS), ("ipc", CLONE_NEWIPC)]
     if not as_root:
         uid, gid = os.getuid(), os.getgid()
         if not _unshare(CLONE_NEWUSER):
-            return []
+            return [], f"no user namespace: unshare(CLONE_NEWUSER): {_errno_text()}"
         try:  # map ourselves to ourselves, so files we create keep our uid
             _write("/proc/self/setgroups", "deny")
             _write("/proc/self/uid_map", f"{uid} {uid} 1")
@@ -101,11 +108,12 @@ def _enter_namespaces(as_root: bool) -> list[str]:
         entered = []
     all_flags = sum(flag for _, flag in wanted) | CLONE_NEWUTS
     if _unshare(all_flags):
-        return [*entered, *(name for name, _ in wanted), "uts"]
+        return [*entered, *(name for name, _ in wanted), "uts"], ""
+    why = f"unshare: {_errno_text()}"
     for name, flag in wanted:  # fall back one at a time
         if _unshare(flag):
             entered.append(name)
-    return entered
+    return entered, why
 
 
 def _mount_fresh_proc() -> bool:
@@ -222,6 +230,63 @@ def _landlock(workdir: str, read_paths: list[str] | None) -> int:
         os.close(ruleset)
 
 
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def _seccomp(program: bytes) -> str:
+    """Install a seccomp BPF program (an array of 8-byte ``struct sock_filter``) on this process and, through
+    fork and exec, on everything it starts. Needs ``no_new_privs``. Returns ``""`` or why it failed."""
+    if not program or len(program) % 8:
+        return "no filter program"
+    code = ctypes.create_string_buffer(program, len(program))
+    fprog = _SockFprog(len(program) // 8, ctypes.cast(code, ctypes.c_void_p))
+    if _libc.prctl(ctypes.c_int(PR_SET_SECCOMP), ctypes.c_ulong(SECCOMP_MODE_FILTER), ctypes.byref(fprog),
+                   ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:  # fmt: skip
+        return f"prctl(PR_SET_SECCOMP): {_errno_text()}"
+    return ""
+
+
+def _gaps(protections: dict, cfg: dict) -> list[str]:
+    """Each boundary of the threat model (``sandbox.py``'s docstring) that this run leaves without its mechanism,
+    named with what is missing. Empty: full isolation. Memory, time and environment are always held (rlimits,
+    the deadline, the minimal environment), so they never appear."""
+    namespaces, abi = set(protections["namespaces"]), protections["landlock_abi"]
+    why_ns = f" ({protections['namespace_error']})" if protections.get("namespace_error") else ""
+    seccomp = bool(protections.get("seccomp"))
+    gaps = []
+    if "net" not in namespaces:
+        reachable = (
+            "UDP and DNS reachable, TCP denied by Landlock"
+            if abi >= 4
+            else (f"TCP, UDP and DNS reachable (Landlock ABI {abi} < 4 has no TCP rule)")
+        )
+        gaps.append(f"network: no network namespace{why_ns}: {reachable}")
+    if not seccomp:
+        gaps.append(f"unix sockets: no seccomp filter ({protections.get('seccomp_error') or 'none built'}): "
+                    "the user's pathname unix sockets are reachable")  # fmt: skip
+        if "net" not in namespaces and abi < 6:
+            gaps.append(
+                f"abstract unix sockets: no network namespace, no seccomp filter, Landlock ABI {abi} < 6"
+            )
+    if "pid" not in namespaces or not protections.get("fresh_proc"):
+        gaps.append(f"processes: no PID namespace with its own /proc{why_ns}: the host's processes are visible "
+                    "and a daemonised child may outlive the run")  # fmt: skip
+        if protections.get("uid") is None and abi < 6:
+            gaps.append(
+                f"signals: same uid as the caller and Landlock ABI {abi} < 6: the caller can be signalled"
+            )
+    if not abi:
+        gaps.append("files: no Landlock (kernel < 5.13 or disabled): reads and writes are not confined")
+    elif cfg.get("read_paths") is None:
+        gaps.append("files: reads are not restricted (Limits(restrict_reads=False))")
+    return gaps
+
+
+class _Refused(Exception):
+    """A strict run that the host cannot isolate fully."""
+
+
 def _count_processes(uid: int) -> int:
     count = 0
     for entry in os.listdir("/proc"):
@@ -297,20 +362,20 @@ def _init(cfg: dict, status_fd: int, protections: dict) -> None:
         protections["reads_restricted"] = (
             bool(protections["landlock_abi"]) and cfg.get("read_paths") is not None
         )
-        if cfg.get("require_isolation"):
-            missing = [ns for ns in ("net", "pid") if ns not in protections["namespaces"]]
-            if missing or not protections["landlock_abi"]:
-                raise OSError(
-                    "isolation is required but not available here: "
-                    + ", ".join(
-                        [f"no {ns} namespace" for ns in missing]
-                        + ([] if protections["landlock_abi"] else ["no Landlock"])
-                    )
-                )
+        if cfg.get("seccomp"):
+            protections["seccomp_error"] = _seccomp(base64.b64decode(cfg["seccomp"]))
+            protections["seccomp"] = "" if protections["seccomp_error"] else cfg["seccomp_source"]
+        else:
+            protections["seccomp_error"] = cfg.get("seccomp_missing") or "no filter for this machine"
+        protections["gaps"] = _gaps(protections, cfg)
+        if cfg.get("strict") and protections["gaps"]:
+            raise _Refused("strict: refusing to run untrusted code without full isolation: "
+                           + "; ".join(protections["gaps"]))  # fmt: skip
         pid = os.fork()
     except BaseException as exc:  # report any setup failure to the parent, then exit
+        why = str(exc) if isinstance(exc, _Refused) else f"{type(exc).__name__}: {exc}"
         try:
-            os.write(status_fd, f"setup-error {type(exc).__name__}: {exc}\n".encode())
+            os.write(status_fd, f"setup-error {why}\n".encode())
         finally:
             os._exit(126)
     if pid == 0:  # the program
@@ -334,8 +399,9 @@ def main() -> None:
     cfg = json.loads(sys.argv[1])
     status_fd = int(cfg["status_fd"])
     as_root = os.geteuid() == 0
-    namespaces = _enter_namespaces(as_root) if cfg.get("namespaces", True) else []
-    protections = {"namespaces": namespaces, "fresh_proc": False, "uid": None, "landlock_abi": 0}
+    namespaces, namespace_error = _enter_namespaces(as_root)
+    protections = {"namespaces": namespaces, "namespace_error": namespace_error, "fresh_proc": False,
+                   "uid": None, "landlock_abi": 0, "seccomp": ""}  # fmt: skip
     try:
         pid = os.fork()
     except OSError as exc:

@@ -16,7 +16,7 @@ from typing import Any
 from ..decorator import reward_function
 from ..models import EvaluateResult, Message, MetricResult
 from ._common import assistant_text, invalid, metric
-from .sandbox import ExecutionResult, Limits, run_code
+from .sandbox import INCOMPLETE, ExecutionResult, Limits, run_code
 
 _CODE_BLOCK = re.compile(r"```([\w+#-]*)[ \t]*\n([\s\S]*?)\n?```")
 _VERBOSE = [
@@ -126,6 +126,12 @@ def _limits(timeout: float, memory_mb: int | None = 256) -> Limits:
     return Limits(timeout=float(timeout), memory_mb=memory_mb)
 
 
+def _strict(kwargs: Mapping[str, Any]) -> bool:
+    """The rewards' ``strict`` keyword: refuse (an invalid result saying why) to run code on a host that cannot
+    isolate it fully, instead of running it with the missing mechanisms named in the reason."""
+    return bool(kwargs.get("strict", False))
+
+
 def _execution_metric(result: ExecutionResult) -> MetricResult:
     if result.ok:
         return metric(1.0, f"Code executed successfully with output:\n{result.stdout[:2000]}")
@@ -155,12 +161,12 @@ def _code_from(messages: Any, language: str) -> tuple[str | None, EvaluateResult
 
 
 def _run_and_compare(
-    code: str, language: str, expected: str | None, limits: Limits, label: str
+    code: str, language: str, expected: str | None, limits: Limits, label: str, strict: bool
 ) -> EvaluateResult:
     metrics: dict[str, MetricResult] = {
         "extracted_code": metric(1.0, f"Extracted code:\n```{language}\n{code}\n```")
     }
-    result = run_code(code, language, limits=limits)
+    result = run_code(code, language, limits=limits, strict=strict)
     metrics["execution_result"] = _execution_metric(result)
     if _infrastructure_failure(result):
         return invalid(f"{label}: {result.reason}", "execution_result", **metrics)
@@ -171,7 +177,7 @@ def _run_and_compare(
     if not expected:
         return EvaluateResult(
             score=1.0,
-            reason=f"{label}: execution successful, no expected output to compare.",
+            reason=f"{label}: execution successful, no expected output to compare.{result.isolation_note}",
             metrics=metrics,
         )
     similarity = compare_outputs(result.stdout, expected)
@@ -181,7 +187,7 @@ def _run_and_compare(
     )
     return EvaluateResult(
         score=similarity,
-        reason=f"{label}: execution successful. Output similarity: {similarity:.2f}.",
+        reason=f"{label}: execution successful. Output similarity: {similarity:.2f}.{result.isolation_note}",
         metrics=metrics,
     )
 
@@ -210,7 +216,8 @@ def local_code_execution_reward(
     if failure is not None:
         return failure
     assert code is not None
-    return _run_and_compare(code, language, ground_truth, _limits(timeout, max_memory_mb), "Local execution")
+    limits = _limits(timeout, max_memory_mb)
+    return _run_and_compare(code, language, ground_truth, limits, "Local execution", _strict(kwargs))
 
 
 # --- test cases -----------------------------------------------------------------------------------------
@@ -316,6 +323,7 @@ def run_test_cases(
     timeout: float,
     function_to_call: str | None = None,
     memory_mb: int | None = 256,
+    strict: bool = False,
 ) -> EvaluateResult:
     """Run ``code`` once per test case (``{"input", "expected_output"}``) and score the pass rate.
 
@@ -345,9 +353,9 @@ def run_test_cases(
             program = _call_program(code, language, function_to_call, parse_call_arguments(test_input))
             if program is None:
                 return invalid(f"Cannot call {function_to_call!r} with input {test_input[:100]!r}")
-            result = run_code(program, language, limits=limits)
+            result = run_code(program, language, limits=limits, strict=strict)
         else:
-            result = run_code(code, language, stdin=test_input, limits=limits)
+            result = run_code(code, language, stdin=test_input, limits=limits, strict=strict)
         if _infrastructure_failure(result):
             infrastructure = result.reason
             entry.update(passed=False, error=result.reason)
@@ -370,6 +378,8 @@ def run_test_cases(
     if first_failure is not None:
         why = first_failure.get("error") or f"got {first_failure.get('actual_output', '')[:100]!r}"
         reason += f" First failure: test {first_failure['test_number']}: {why}"
+    if INCOMPLETE not in reason:
+        reason += result.isolation_note
     return EvaluateResult(
         score=score,
         reason=reason,
@@ -419,8 +429,11 @@ def fractional_code_reward(
         return failure
     assert code is not None
     if isinstance(ground_truth, list):
-        return run_test_cases(code, language, ground_truth, timeout, kwargs.get("function_to_call"))
-    return _run_and_compare(code, language, ground_truth, _limits(timeout), "Fractional code execution")
+        return run_test_cases(code, language, ground_truth, timeout, kwargs.get("function_to_call"),
+                              strict=_strict(kwargs))  # fmt: skip
+    return _run_and_compare(
+        code, language, ground_truth, _limits(timeout), "Fractional code execution", _strict(kwargs)
+    )
 
 
 @reward_function
@@ -450,11 +463,13 @@ def deepcoder_code_reward(
     assert code is not None
     if not ground_truth or not isinstance(ground_truth, list):
         return invalid("No test cases provided.")
-    tests = run_test_cases(code, language, ground_truth, timeout, target_function)
+    tests = run_test_cases(code, language, ground_truth, timeout, target_function, strict=_strict(kwargs))
     if not tests.is_score_valid:
         return tests
     score = 1.0 if tests.score == 1.0 else 0.0
     reason = "All tests passed." if score else tests.reason or "One or more tests failed."
+    if score and INCOMPLETE in (tests.reason or ""):
+        reason += " " + tests.reason[tests.reason.index(INCOMPLETE) :]
     metrics = dict(tests.metrics)
     metrics["overall_status"] = metric(
         score, "All tests passed." if score else "One or more tests failed or an error occurred."
@@ -574,7 +589,7 @@ def evaluate_apps_solution(
         if fn_name:
             args = test_input if isinstance(test_input, list) else [test_input]
             program = code + _APPS_CALL_HARNESS.format(args=json.dumps(args), fn=fn_name)
-            result = run_code(program, "python", limits=limits)
+            result = run_code(program, "python", limits=limits, strict=_strict(kwargs))
             ok = False
             if result.ok:
                 try:
@@ -588,7 +603,7 @@ def evaluate_apps_solution(
                     ok = False
         else:
             stdin = test_input if isinstance(test_input, str) else "\n".join(map(str, test_input))
-            result = run_code(code, "python", stdin=stdin, limits=limits)
+            result = run_code(code, "python", stdin=stdin, limits=limits, strict=_strict(kwargs))
             ok = result.ok and _apps_lines_equal(result.stdout, expected)
         if _infrastructure_failure(result):
             return invalid(f"Sandbox could not run the tests: {result.reason}", "pass_rate")
@@ -599,6 +614,8 @@ def evaluate_apps_solution(
     reason = f"Passed {passed}/{len(inputs)} test cases."
     if (failure_detail := next((d for d in details if not d["passed"]), None)) is not None:
         reason += f" First failure: test {failure_detail['test_number']} ({failure_detail['status']}: {failure_detail['reason']})"
+    if INCOMPLETE not in reason:
+        reason += result.isolation_note
     return EvaluateResult(
         score=score,
         reason=reason,

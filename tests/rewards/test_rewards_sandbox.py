@@ -143,19 +143,33 @@ def test_writing_outside_the_working_directory_is_denied(tmp_path: Path) -> None
 
 
 def test_reading_private_files_outside_the_allowed_paths_is_denied() -> None:
-    if not sandbox_protections().get("reads_restricted"):
-        pytest.skip("Landlock is not available: reads are not restricted on this machine")
     secret = Path("/var/tmp") / f"pytest-reward-secret-{uuid.uuid4().hex}"
     secret.write_text("top-secret")
     secret.chmod(0o644)  # world-readable: only the Landlock read allowlist stops it
+    read = f"print(open({str(secret)!r}).read())"
     try:
-        result = run_code(f"print(open({str(secret)!r}).read())")
+        # The control: with reads unrestricted the same program, as the same uid, reads the file, so the
+        # refusal below is the allowlist's doing and not a permission the sandbox uid happens to lack.
+        allowed = run_code(read, limits=Limits(restrict_reads=False))
+        assert allowed.ok, allowed.reason
+        assert allowed.stdout == "top-secret\n"
+        assert "files: reads are not restricted (Limits(restrict_reads=False))" in allowed.reason
+        result = run_code(read)
+        if not result.protections.get("reads_restricted"):  # a host without Landlock: the documented reason
+            assert result.stdout == "top-secret\n"
+            assert "files: no Landlock" in result.reason
+            assert run_code(read, strict=True).status == "setup_error"
+            return
         assert result.status == "error"
-        assert "Permission" in result.reason
+        assert "PermissionError" in result.reason
         assert "top-secret" not in result.stdout
-        allowed = run_code(f"print(open({str(secret)!r}).read())", limits=Limits(restrict_reads=False))
-        if sandbox_protections().get("uid") is None or allowed.ok:
-            assert allowed.stdout.strip() == "top-secret"
+        # Allowed paths stay readable: its own files, the interpreter's standard library.
+        own = run_code(
+            "import json\nprint(open('data.txt').read(), 'def dumps' in open(json.__file__).read())",
+            files={"data.txt": "mine"},
+        )
+        assert own.ok, own.reason
+        assert own.stdout == "mine True\n"
     finally:
         secret.unlink()
 
@@ -198,6 +212,20 @@ def test_huge_output_is_capped_and_the_program_killed() -> None:
 
 
 def test_no_network_access() -> None:
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", 0))
+    udp.setblocking(False)
+    try:
+        result = run_code(
+            "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+            f"try:\n    s.sendto(b'x', ('127.0.0.1', {udp.getsockname()[1]}))\n    print('sent')\n"
+            "except OSError as exc:\n    print(exc.strerror)\n"
+        )
+        assert result.ok, result.reason
+        with pytest.raises(BlockingIOError):
+            udp.recv(16)
+    finally:
+        udp.close()
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(1)
@@ -230,8 +258,6 @@ def test_no_network_access() -> None:
 
 
 def test_signals_cannot_reach_the_test_session() -> None:
-    if sandbox_protections().get("uid") is None and sandbox_protections().get("landlock_abi", 0) < 6:
-        pytest.skip("neither a separate uid nor Landlock signal scoping is available here")
     received: list[int] = []
     previous = signal.signal(signal.SIGUSR1, lambda signum, frame: received.append(signum))
     try:
@@ -242,6 +268,11 @@ def test_signals_cannot_reach_the_test_session() -> None:
     finally:
         signal.signal(signal.SIGUSR1, previous)
     assert result.ok, result.reason
+    if any(gap.startswith("signals:") for gap in result.protections["gaps"]):
+        # No PID namespace, the caller's uid, Landlock < 6: the documented gap, and strict refuses.
+        assert "signals: same uid as the caller" in result.reason
+        assert run_code("pass", strict=True).status == "setup_error"
+        return
     assert result.stdout.startswith("blocked")
     assert received == []
 
@@ -262,6 +293,9 @@ def test_protections_are_reported() -> None:
     assert isinstance(protections.get("landlock_abi"), int)
     if os.geteuid() == 0:
         assert protections["uid"] is not None and protections["uid"] != 0
+    assert isinstance(protections["gaps"], list)
+    if not any(gap.startswith("unix sockets:") for gap in protections["gaps"]):
+        assert protections["seccomp"] in ("libseccomp", "built-in BPF")
 
 
 def test_unsupported_language_is_not_run() -> None:
@@ -287,16 +321,24 @@ def test_javascript_runs_and_is_limited() -> None:
     assert hog.status == "memory"
 
 
-def test_require_isolation_matches_what_the_machine_provides() -> None:
-    protections = sandbox_protections()
-    isolated = {"net", "pid"} <= set(protections.get("namespaces", [])) and protections.get(
-        "landlock_abi", 0
-    ) > 0
-    result = run_code("print('isolated')", limits=Limits(require_isolation=True))
-    if isolated:
-        assert result.ok and result.stdout == "isolated\n"
+def test_strict_runs_only_with_full_isolation() -> None:
+    gaps = sandbox_protections()["gaps"]
+    result = run_code("print('isolated')", strict=True)
+    if gaps:  # this host lacks a mechanism: strict refuses and names each one
+        assert result.status == "setup_error", result.reason
+        assert "strict: refusing to run untrusted code without full isolation" in result.reason
+        assert all(gap in result.reason for gap in gaps)
+        assert result.stdout == ""
     else:
-        assert result.status == "setup_error" and "isolation is required" in result.reason
+        assert result.ok, result.reason
+        assert result.reason == "exited with status 0"
+        assert result.stdout == "isolated\n"
+    relaxed = run_code("print('read anything')", limits=Limits(restrict_reads=False), strict=True)
+    assert relaxed.status == "setup_error"
+    assert "files: " in relaxed.reason
+    reward = local_code_execution_reward(messages=_assistant("print('ok')"), ground_truth="ok", strict=True)
+    assert reward.score == (0.0 if gaps else 1.0), reward.reason
+    assert reward.is_score_valid is not bool(gaps)
 
 
 def test_sandbox_setup_failure_is_reported() -> None:

@@ -28,7 +28,11 @@ _LAZY: dict[str, str] = {
     "multiple_choice_math_reward": "math_answers",
     "json_schema_reward": "json_schema",
     "exact_tool_match_reward": "tool_calls",
+    "schema_jaccard_reward": "tool_calls",
+    "llm_judge_reward": "tool_calls",
+    "composite_function_call_reward": "tool_calls",
     "lean_prover_reward": "lean",
+    "deepseek_prover_v2_reward": "lean",
     "local_code_execution_reward": "code_execution",
     "fractional_code_reward": "code_execution",
     "deepcoder_code_reward": "code_execution",
@@ -43,7 +47,8 @@ _LAZY: dict[str, str] = {
 BUILTIN_REWARDS: tuple[str, ...] = tuple(
     name for name, module in _LAZY.items() if module not in ("compose", "sandbox")
 )
-"""The names of the reward-kit built-ins provided here (21)."""
+"""The names of the reward-kit built-ins provided here (25, three of them deprecated aliases of
+``exact_tool_match_reward``, as in reward-kit)."""
 
 __all__ = [
     "BUILTIN_REWARDS",
@@ -51,10 +56,12 @@ __all__ = [
     "Limits",
     "accuracy_reward",
     "combine",
+    "composite_function_call_reward",
     "composite_reward",
     "cosine_length_reward",
     "cosine_scaled_accuracy_length_reward",
     "deepcoder_code_reward",
+    "deepseek_prover_v2_reward",
     "diversity_reward",
     "evaluate_apps_solution",
     "exact_tool_match_reward",
@@ -65,12 +72,14 @@ __all__ = [
     "lean_prover_reward",
     "length_reward",
     "list_comparison_math_reward",
+    "llm_judge_reward",
     "local_code_execution_reward",
     "math_reward",
     "multiple_choice_math_reward",
     "reasoning_steps_reward",
     "repetition_penalty_reward",
     "run_code",
+    "schema_jaccard_reward",
     "sequence_reward",
     "tag_count_reward",
 ]
@@ -87,14 +96,19 @@ if TYPE_CHECKING:  # pragma: no cover
     from .formatting import format_reward
     from .json_schema import json_schema_reward
     from .language import language_consistency_reward
-    from .lean import lean_prover_reward
+    from .lean import deepseek_prover_v2_reward, lean_prover_reward
     from .length import cosine_length_reward, length_reward
     from .math_answers import list_comparison_math_reward, math_reward, multiple_choice_math_reward
     from .reasoning import reasoning_steps_reward, sequence_reward
     from .repetition import diversity_reward, repetition_penalty_reward
     from .sandbox import ExecutionResult, Limits, run_code
     from .tags import tag_count_reward
-    from .tool_calls import exact_tool_match_reward
+    from .tool_calls import (
+        composite_function_call_reward,
+        exact_tool_match_reward,
+        llm_judge_reward,
+        schema_jaccard_reward,
+    )
 
 
 def __getattr__(name: str) -> Any:

@@ -1,4 +1,5 @@
-"""``lean_prover_reward``: heuristic scoring of a Lean proof *text* (it does not run Lean)."""
+"""``lean_prover_reward``: heuristic scoring of a Lean proof *text* (it does not run Lean);
+``deepseek_prover_v2_reward``: the same, with a bonus for a proof decomposed into subgoals."""
 
 from __future__ import annotations
 
@@ -89,4 +90,61 @@ def lean_prover_reward(
             float(expected_match),
             "Matches expected proof" if expected_match else "Doesn't match expected proof",
         )
+    return EvaluateResult(score=score, reason=reason, metrics=metrics)
+
+
+# Subgoal steps, in the spirit of DeepSeek-Prover-V2 (decompose a proof into lemmas proved one by one).
+_SUBGOALS = {
+    "have": re.compile(r"\bhave\s+(?:[\w']+\s*)?:"),  # Lean 3 and 4, named or anonymous
+    "suffices": re.compile(r"\bsuffices\b"),
+    "let": re.compile(r"\blet\s+[\w']+"),
+    "induction": re.compile(r"\binduction\b"),
+}
+_DECOMPOSITION_COMMENT = re.compile(
+    r"(?:--|/-)[^\n]*?\b(?:decompos\w*|breaking down|sub-?goals?|step\s+\d+|(?:base|inductive)\s+case)\b",
+    re.IGNORECASE,
+)
+
+
+@reward_function
+def deepseek_prover_v2_reward(
+    messages: list[Message] | list[dict[str, Any]],
+    ground_truth: str | None,
+    **kwargs: Any,
+) -> EvaluateResult:
+    """``lean_prover_reward`` (partial progress on), plus a bonus for subgoal decomposition when that score is
+    at least 0.5: 0.03 per subgoal step (at most 0.3) and 0.2 × the indentation depth (deepest indentation / 40
+    columns, at most 1); the total is capped at 1.0. ``kwargs``: ``statement`` (required), ``check_subgoals``
+    (default ``True``; ``False`` gives ``lean_prover_reward``'s score).
+
+    Subgoal steps: ``have`` (Lean 3 ``have h : t,`` and Lean 4 ``have h : t :=``), ``suffices``, ``let``,
+    ``induction``, and Lean comments (``--``, ``/-``) announcing a decomposition ("step 2", "subgoal",
+    "base case"...). Metrics: ``lean_prover_reward``'s, plus ``subgoal_decomposition`` (steps / 10, at most 1)
+    and ``hierarchical_structure`` (the indentation depth).
+
+    Differences from reward-kit (deliberate): decomposition comments are recognised in Lean's comment syntax
+    (reward-kit looked for ``//`` and ``/*``, which Lean does not use, so that rule never fired) and Lean 3
+    ``have h : t,`` steps count (reward-kit's pattern required ``:=``); ``induction`` is counted in code only,
+    not in prose or comments; the two metrics are valid scores whatever their value.
+    """
+    base = lean_prover_reward(
+        messages=messages, ground_truth=ground_truth, **{**kwargs, "check_partial_progress": True}
+    )
+    if not base.is_score_valid or not kwargs.get("check_subgoals", True):
+        return base
+    text, _ = assistant_text(messages)
+    text = text or ""
+    code = _COMMENT.sub(" ", text)
+    steps = sum(len(p.findall(code)) for p in _SUBGOALS.values()) + len(_DECOMPOSITION_COMMENT.findall(text))
+    indents = [len(line) - len(line.lstrip(" ")) for line in text.expandtabs(4).splitlines() if line.strip()]
+    depth = min(1.0, max(indents, default=0) / 40)
+    score, reason = base.score, base.reason or ""
+    if base.score >= 0.5:
+        score = min(1.0, base.score + 0.3 * min(steps, 10) / 10 + 0.2 * depth)
+        reason = f"{reason}; subgoal decomposition: {steps} step(s), indentation depth {depth:.2f}"
+    metrics = {
+        **(base.metrics or {}),
+        "subgoal_decomposition": metric(min(steps, 10) / 10, f"Found {steps} subgoal step(s)"),
+        "hierarchical_structure": metric(depth, f"Hierarchical depth: {depth:.2f}"),
+    }
     return EvaluateResult(score=score, reason=reason, metrics=metrics)

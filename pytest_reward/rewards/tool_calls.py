@@ -1,12 +1,19 @@
 """``exact_tool_match_reward``: the response's tool calls (OpenAI ``tool_calls`` or ``<tool_call>`` JSON in the
-text) equal the expected ones exactly, in order."""
+text) equal the expected ones exactly, in order.
+
+``schema_jaccard_reward``, ``llm_judge_reward`` and ``composite_function_call_reward`` are reward-kit's deprecated
+names for the same check (reward-kit 0.4.1 forwards all three to ``exact_tool_match_reward``, ignoring their other
+parameters, and so do we): each call warns with a ``DeprecationWarning`` pointing at the caller.
+"""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
-from collections.abc import Mapping
-from typing import Any
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from ..decorator import reward_function
 from ..models import EvaluateResult, Message
@@ -101,7 +108,81 @@ def exact_tool_match_reward(
         return invalid(f"Ground truth is not a dictionary: {type(ground_truth).__name__}", "exact_tool_match")
     expected = [_simple(c) for c in ground_truth.get("tool_calls") or []]
     score = float(_canonical(generated) == _canonical(expected))
-    reason = f"Exact tool match: {len(generated)} generated vs {len(expected)} expected call(s); " + (
-        "identical" if score else "different"
+    # "Exact tool match evaluation score: <score>" opens reward-kit's reason too: tools match on it.
+    reason = (
+        f"Exact tool match evaluation score: {score} ({len(generated)} generated vs {len(expected)} expected "
+        f"call(s); {'identical' if score else 'different'})"
     )
     return EvaluateResult(score=score, reason=reason, metrics={"exact_tool_match": metric(score, reason)})
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _deprecated(reward: F) -> F:
+    """``reward`` (a ``@reward_function``) that warns on every call, blaming the caller's line.
+
+    ``functools.wraps`` carries the reward function's attributes over, so the alias is still a reward function
+    (``--reward-fn``, discovery) with the original signature.
+    """
+    message = (
+        f"`{reward.__name__}` is deprecated (as in reward-kit) and only forwards to `exact_tool_match_reward`: "
+        "call `exact_tool_match_reward` instead."
+    )
+
+    @functools.wraps(reward)
+    def alias(*args: Any, **kwargs: Any) -> Any:
+        warnings.warn(message, DeprecationWarning, stacklevel=2)
+        return reward(*args, **kwargs)
+
+    return alias  # type: ignore[return-value]
+
+
+@_deprecated
+@reward_function
+def schema_jaccard_reward(
+    messages: list[Message] | list[dict[str, Any]],
+    ground_truth: dict[str, Any] | str | None = None,
+    function_call: dict[str, Any] | None = None,
+    expected_schema: dict[str, Any] | str | None = None,
+    **kwargs: Any,
+) -> EvaluateResult:
+    """Deprecated: ``exact_tool_match_reward(messages=..., ground_truth=...)``. ``function_call`` and
+    ``expected_schema`` are accepted for compatibility and ignored."""
+    return exact_tool_match_reward(messages=messages, ground_truth=ground_truth, **kwargs)
+
+
+@_deprecated
+@reward_function
+def llm_judge_reward(
+    messages: list[Message] | list[dict[str, Any]],
+    ground_truth: dict[str, Any] | str | None = None,
+    function_call: dict[str, Any] | None = None,
+    expected_schema: dict[str, Any] | str | None = None,
+    expected_behavior: str | None = None,
+    openai_api_key: str | None = None,
+    model: str = "gpt-4o-mini",
+    temperature: float = 0.0,
+    **kwargs: Any,
+) -> EvaluateResult:
+    """Deprecated: ``exact_tool_match_reward(messages=..., ground_truth=...)``. No model is called (nor was one in
+    reward-kit 0.4.1); the judge parameters are accepted for compatibility and ignored."""
+    return exact_tool_match_reward(messages=messages, ground_truth=ground_truth, **kwargs)
+
+
+@_deprecated
+@reward_function
+def composite_function_call_reward(
+    messages: list[Message] | list[dict[str, Any]],
+    ground_truth: dict[str, Any] | str | None = None,
+    function_call: dict[str, Any] | None = None,
+    expected_schema: dict[str, Any] | str | None = None,
+    expected_behavior: str | None = None,
+    openai_api_key: str | None = None,
+    llm_model: str = "gpt-4o-mini",
+    weights: dict[str, float] | None = None,
+    **kwargs: Any,
+) -> EvaluateResult:
+    """Deprecated: ``exact_tool_match_reward(messages=..., ground_truth=...)``. The schema, judge and weight
+    parameters are accepted for compatibility and ignored."""
+    return exact_tool_match_reward(messages=messages, ground_truth=ground_truth, **kwargs)

@@ -52,7 +52,17 @@ REWARD_KIT_0_4_1: dict[str, dict[str, tuple[str, Any]]] = {
     "multiple_choice_math_reward": {"messages": (POS, REQUIRED), "ground_truth": (POS, REQUIRED)},
     "json_schema_reward": {"messages": (POS, REQUIRED), "ground_truth": (POS, None), "json_content": (POS, None), "expected_schema": (POS, None)},
     "exact_tool_match_reward": {"messages": (POS, REQUIRED), "ground_truth": (POS, None)},
+    "schema_jaccard_reward": {"messages": (POS, REQUIRED), "ground_truth": (POS, None), "function_call": (POS, None), "expected_schema": (POS, None)},
+    "llm_judge_reward": {
+        "messages": (POS, REQUIRED), "ground_truth": (POS, None), "function_call": (POS, None), "expected_schema": (POS, None),
+        "expected_behavior": (POS, None), "openai_api_key": (POS, None), "model": (POS, "gpt-4o-mini"), "temperature": (POS, 0.0),
+    },
+    "composite_function_call_reward": {
+        "messages": (POS, REQUIRED), "ground_truth": (POS, None), "function_call": (POS, None), "expected_schema": (POS, None),
+        "expected_behavior": (POS, None), "openai_api_key": (POS, None), "llm_model": (POS, "gpt-4o-mini"), "weights": (POS, None),
+    },
     "lean_prover_reward": {"messages": (POS, REQUIRED), "ground_truth": (POS, REQUIRED)},
+    "deepseek_prover_v2_reward": {"messages": (POS, REQUIRED), "ground_truth": (POS, REQUIRED)},
     "local_code_execution_reward": {"messages": (POS, REQUIRED), "ground_truth": (POS, None), "language": (POS, "python"), "timeout": (POS, 5), "max_memory_mb": (POS, 100)},
     "fractional_code_reward": {"messages": (POS, REQUIRED), "ground_truth": (POS, REQUIRED), "language": (POS, "python"), "timeout": (POS, 30), "environment": (POS, "local"), "api_key": (POS, None)},
     "deepcoder_code_reward": {
@@ -61,6 +71,8 @@ REWARD_KIT_0_4_1: dict[str, dict[str, tuple[str, Any]]] = {
     },
     "evaluate_apps_solution": {"messages": (POS, REQUIRED), "ground_truth": (POS, REQUIRED)},
 }  # fmt: skip
+# Deprecated in reward-kit (they forward to exact_tool_match_reward): every call warns.
+DEPRECATED = {"schema_jaccard_reward", "llm_judge_reward", "composite_function_call_reward"}
 
 
 def test_all_reward_kit_builtins_are_provided() -> None:
@@ -102,7 +114,11 @@ def test_callable_with_dict_and_message_messages(name: str) -> None:
         [{"role": "user", "content": "q"}, {"role": "assistant", "content": "The answer is 42"}],
         [Message(role="user", content="q"), Message(role="assistant", content="The answer is 42")],
     ):
-        result = fn(messages=messages, statement="s", **required)
+        if name in DEPRECATED:
+            with pytest.warns(DeprecationWarning, match="exact_tool_match_reward"):
+                result = fn(messages=messages, statement="s", **required)
+        else:
+            result = fn(messages=messages, statement="s", **required)
         assert isinstance(result, EvaluateResult)
         assert result.reason
 

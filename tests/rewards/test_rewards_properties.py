@@ -13,6 +13,7 @@ from pytest_reward.models import EvaluateResult
 from pytest_reward.rewards import (
     accuracy_reward,
     cosine_scaled_accuracy_length_reward,
+    deepseek_prover_v2_reward,
     diversity_reward,
     exact_tool_match_reward,
     format_reward,
@@ -52,6 +53,10 @@ SCORERS: dict[str, tuple[Callable[..., EvaluateResult], dict[str, Any]]] = {
     "json_schema_reward": (json_schema_reward, {"expected_schema": SCHEMA}),
     "exact_tool_match_reward": (exact_tool_match_reward, {"ground_truth": {"tool_calls": []}}),
     "lean_prover_reward": (lean_prover_reward, {"ground_truth": "by simp", "statement": "1 = 1"}),
+    "deepseek_prover_v2_reward": (
+        deepseek_prover_v2_reward,
+        {"ground_truth": "by simp", "statement": "1 = 1"},
+    ),
 }
 
 FRAGMENTS = [

@@ -189,7 +189,9 @@ def math_reward(
     one, or a matching answer next to other, conflicting numbers, scores 0. Use ``\\boxed{}`` or
     ``<answer>`` to state the final answer. ``require_units``: the ground truth and the answer must both have
     a unit, or both not. Metrics: ``extracted_original_answers``, ``extracted_generated_answers``,
-    ``answer_comparison`` (plus ``strictness_penalty_*`` when a strictness rule fired).
+    ``answer_comparison`` (plus ``strictness_penalty_*`` when a strictness rule fired). The reason of a
+    strictness failure opens with reward-kit's label for the rule ("Strictness fail (Issue #1 - unboxed 'or')",
+    "(Issue #2 - ambiguity)", "(Conflicting Answers)"), so that tools matching reward-kit's reasons keep working.
 
     Differences from reward-kit (deliberate):
 
@@ -206,7 +208,7 @@ def math_reward(
     """
     text, why = assistant_text(messages, allow_empty=True)
     if text is None:
-        return invalid(why)
+        return invalid(f"Invalid or missing assistant response: {why}.")
     truth = _ground_truth_string(ground_truth)
     if not truth:
         return invalid("Missing or empty ground_truth (expected math answer string).")
@@ -221,7 +223,9 @@ def math_reward(
         ),
     }
     if not original:
-        return invalid("Could not extract answers from the ground truth.", "answer_comparison", **metrics)
+        return invalid(
+            "Could not extract answers from original message (ground truth).", "answer_comparison", **metrics
+        )
     if not generated:
         reason = "Could not extract answers from generated message, but original message has answers."
         return _zero(reason, metrics, "answer_comparison", reason)
@@ -251,14 +255,22 @@ def math_reward(
             "Generated answer offers multiple numeric alternatives with an unboxed 'or' in the raw response."
         )
         return _zero(
-            f"Strictness fail (unboxed 'or'): {detail}", metrics, "strictness_penalty_unboxed_or", detail
+            f"Strictness fail (Issue #1 - unboxed 'or'): {detail}",
+            metrics,
+            "strictness_penalty_unboxed_or",
+            detail,
         )
     if len(original) == 1 and len(generated) > 1:
+        # Worded as reward-kit's, which its users compare exactly ("leniency": the single boxed match above).
         detail = (
-            "Ground truth has one answer, but the generated answer is ambiguous (several answers extracted)."
+            "Ground truth is specific (one answer), but generated answer is ambiguous "
+            "(multiple answers extracted, even after potential leniency)."
         )
         return _zero(
-            f"Strictness fail (ambiguity): {detail}", metrics, "strictness_penalty_ambiguity", detail
+            f"Strictness fail (Issue #2 - ambiguity): {detail}",
+            metrics,
+            "strictness_penalty_ambiguity",
+            detail,
         )
 
     best, best_match, best_reason = 0.0, False, ""
@@ -304,7 +316,7 @@ def math_reward(
                 f"matching any original answer: {conflicting}"
             )
             metrics["strictness_penalty_conflicting_answers"] = metric(0.0, detail)
-            best, best_match, best_reason = 0.0, False, f"Strictness fail (conflicting answers): {detail}"
+            best, best_match, best_reason = 0.0, False, f"Strictness fail (Conflicting Answers): {detail}"
     metrics["answer_comparison"] = metric(best, best_reason)
     return EvaluateResult(score=best, reason=best_reason, metrics=metrics)
 
@@ -358,7 +370,7 @@ def list_comparison_math_reward(
     """
     text, why = assistant_text(messages)
     if text is None:
-        return invalid(why)
+        return invalid(f"Invalid or missing assistant response: {why}.")
     truth = _ground_truth_string(ground_truth)
     if not truth:
         return invalid("Ground truth string (expected list) is empty.")
@@ -369,7 +381,9 @@ def list_comparison_math_reward(
     }
     if not original:
         return invalid(
-            "Could not extract any number list from the ground truth.", "list_comparison", **metrics
+            "Could not extract any number list from original message (ground truth).",
+            "list_comparison",
+            **metrics,
         )
     if not generated:
         reason = "Could not extract any number list from generated message."
@@ -428,25 +442,37 @@ def multiple_choice_math_reward(
     **kwargs: Any,
 ) -> EvaluateResult:
     """1.0 when the response picks the ground truth's option letter (A–E). Strict: a response naming several
-    options where the ground truth names one scores 0. ``ground_truth``: a list whose first message is the
+    options where the ground truth names one scores 0. When the ground truth names several options, the first
+    options of both are compared (as in reward-kit). ``ground_truth``: a list whose first message is the
     assistant's reference answer (reward-kit's convention) or the answer as a string. Metrics:
-    ``extracted_original_mcq``, ``extracted_generated_mcq``, ``mcq_comparison``.
+    ``extracted_original_mcq``, ``extracted_generated_mcq``, ``mcq_comparison``, and ``ambiguous_original_mcq`` /
+    ``ambiguous_generated_mcq`` (score 0, listing the options) when a side names more than one option.
 
     Differences from reward-kit (deliberate): a lower-case standalone letter is no longer an option (reward-kit
     matched case-insensitively, so the article "a" in "(B) is a valid choice" made every such answer ambiguous
     and scored 0); bracketed options ``(b)`` still count. A plain-string ``ground_truth`` is accepted.
     """
+    # The reasons below open with reward-kit's wording for the same case; tools match on them.
+    if not messages:
+        return invalid("Missing generated messages: no messages provided.")
+    if not ground_truth:
+        return invalid(
+            "Missing ground truth message: expected an assistant message (or a string) with the answer."
+        )
     text, why = assistant_text(messages)
     if text is None:
-        return invalid(why)
+        return invalid(f"Last generated message not from assistant or has no content: {why}.")
     if isinstance(ground_truth, str):
         truth: str | None = ground_truth
-    elif isinstance(ground_truth, Sequence) and ground_truth and role_of(ground_truth[0]) == "assistant":
+    elif isinstance(ground_truth, Sequence) and role_of(ground_truth[0]) == "assistant":
         truth = content_of(ground_truth[0])
     else:
         truth = None
     if not truth:
-        return invalid("Invalid ground truth: expected an assistant message (or a string) with the answer.")
+        return invalid(
+            "Invalid ground truth message: Not an assistant message or has no content "
+            "(expected an assistant message, or a string, with the answer)."
+        )
     generated, original = extract_mcq_option(text), extract_mcq_option(truth)
 
     def fmt(items: list[tuple[str, str]]) -> str:
@@ -459,16 +485,23 @@ def multiple_choice_math_reward(
         ),
     }
     if not original:
-        return invalid("Could not extract an MCQ option from the ground truth.", "mcq_comparison", **metrics)
+        return invalid(
+            "Could not extract MCQ option from original message (ground truth).", "mcq_comparison", **metrics
+        )
     if not generated:
         reason = (
             "Could not extract MCQ option from generated message, but original message has an MCQ option."
         )
         return _zero(reason, metrics, "mcq_comparison", reason)
-    if len(generated) > 1 and len(original) == 1:
+    if len(original) > 1:
+        metrics["ambiguous_original_mcq"] = metric(
+            0.0, f"Original message has multiple MCQ options: {fmt(original)}; the first is compared"
+        )
+    if len(generated) > 1:
         metrics["ambiguous_generated_mcq"] = metric(
             0.0, f"Generated message has multiple MCQ options: {fmt(generated)}"
         )
+    if len(generated) > 1 and len(original) == 1:
         reason = "Generated answer is ambiguous (multiple MCQ options) while ground truth is specific."
         return _zero(reason, metrics, "mcq_comparison", reason)
     match = generated[0][1] == original[0][1]

@@ -206,6 +206,10 @@ def local_code_execution_reward(
     program that fails, times out, exceeds memory or floods its output scores 0 with the reason. Metrics:
     ``extracted_code``, ``execution_result``, ``output_match``.
 
+    ``strict=True`` (keyword, as for every code reward here): on a host that cannot isolate the code fully
+    (see ``sandbox``'s threat model) return an invalid result naming what is missing instead of running it;
+    without it such a run goes ahead and the reason ends with ``[sandbox incomplete: ...]``.
+
     Differences from reward-kit (deliberate): ``max_memory_mb`` is honoured (reward-kit always used 100 MB);
     the program gets no network, none of the caller's environment, a private temp directory and its whole
     process tree is killed at the timeout (reward-kit left it running); it works from any thread (reward-kit

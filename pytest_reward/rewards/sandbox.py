@@ -641,6 +641,9 @@ def sandbox_protections() -> dict[str, Any]:
     with _PROTECTIONS_LOCK:
         if _PROTECTIONS is None:
             probe = run_code("pass", limits=replace(Limits(), timeout=30))
-            _PROTECTIONS = dict(probe.protections) or {"namespaces": [], "landlock_abi": 0, "uid": None}
+            _PROTECTIONS = dict(probe.protections) or {
+                "namespaces": [], "landlock_abi": 0, "uid": None, "seccomp": "",
+                "gaps": [f"unknown: the probe run did not start ({probe.reason})"],
+            }  # fmt: skip
             _PROTECTIONS["running_as_root"] = os.geteuid() == 0
         return dict(_PROTECTIONS)

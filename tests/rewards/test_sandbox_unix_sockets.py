@@ -260,7 +260,8 @@ def user() -> Iterator[User]:
             var_run = directory("/var/run", "pytest-reward-", uid)
         else:
             uid = os.getuid()
-            runtime = Path(os.environ.get("XDG_RUNTIME_DIR") or directory("/tmp", "pytest-reward-xdg-", uid))
+            # Directories of the test's own inside the real ones: never the user's real sockets.
+            runtime = directory(os.environ.get("XDG_RUNTIME_DIR") or "/tmp", "pytest-reward-xdg-", uid)
             var_run = directory(os.path.join("/var/run/user", str(uid)), "pytest-reward-", uid)
         home = directory("/tmp", "pytest-reward-home-", uid)
         tmp = directory("/tmp", "pytest-reward-sock-", uid)

@@ -14,7 +14,7 @@ from .conftest import EXAMPLES
 # A direct Evaluation subclass scoring fixed numbers, and a stand-in job: the plugin side needs no model.
 HALVES = """
     import pytest
-    from pytest_reward.jax.evaluation import Evaluation, EvaluationSample
+    from pytest_reward.evaluation import Evaluation, EvaluationSample
 
     @pytest.fixture(scope="session")
     def inference_job():
@@ -44,6 +44,18 @@ def halves(project, marker: str, extra: str = "") -> None:
 
 def test_an_evaluation_is_an_item_and_a_table_row(project):
     halves(project, "mean=0.5")
+    result = project.run("-p", "no:randomly")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["halves * test_evals.py * 4 * 0.500 * 0.000 *PASS*"])
+
+
+def test_an_evaluation_written_against_the_engine_alias_still_runs(project):
+    """``pytest_reward.jax.evaluation`` is kept as an alias for existing code: the same classes, collected and
+    run the same way."""
+    pytest.importorskip("jax")
+    old = HALVES.replace("from pytest_reward.evaluation import", "from pytest_reward.jax.evaluation import")
+    assert old != HALVES
+    project.file("test_evals.py", old.format(marker="mean=0.5"))
     result = project.run("-p", "no:randomly")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["halves * test_evals.py * 4 * 0.500 * 0.000 *PASS*"])
@@ -117,7 +129,7 @@ def test_an_empty_evaluation_fails_with_the_reason(project):
 
 def test_an_evaluation_error_is_a_clean_failure(project):
     extra = """
-    from pytest_reward.jax.evaluation import EvaluationError
+    from pytest_reward.evaluation import EvaluationError
 
     class TooLong(Fixed):
         name = "too_long"
@@ -146,7 +158,7 @@ def test_an_evaluation_that_needs_arguments_says_so(project):
 
 def test_private_and_abstract_evaluations_are_not_collected(project):
     extra = """
-    from pytest_reward.jax.evaluation import RolloutEvaluation
+    from pytest_reward.evaluation import RolloutEvaluation
 
     class _Helper(Fixed):
         name = "helper"
@@ -164,7 +176,7 @@ def test_without_a_model_an_evaluation_is_a_usage_error(project):
     project.file(
         "test_evals.py",
         """
-        from pytest_reward.jax.evaluation import Evaluation
+        from pytest_reward.evaluation import Evaluation
 
         class Lonely(Evaluation):
             name = "lonely"
@@ -176,11 +188,13 @@ def test_without_a_model_an_evaluation_is_a_usage_error(project):
     )
     result = project.run()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*test_evals.py::Lonely: no model to roll out prompt-only samples or run evaluations*"])
+    result.stderr.fnmatch_lines(
+        ["*test_evals.py::Lonely: no model to roll out prompt-only samples or run evaluations*"]
+    )
 
 
 EVALS_MODULE = """
-    from pytest_reward.jax.evaluation import Evaluation, EvaluationSample
+    from pytest_reward.evaluation import Evaluation, EvaluationSample
 
     class Listed(Evaluation):
         name = "listed"
@@ -207,13 +221,17 @@ def test_evaluations_listed_in_ini_are_collected_by_path_or_by_module(project):
     project.file("mypkg/__init__.py", "")
     project.file("mypkg/more.py", EVALS_MODULE.replace('"listed"', '"listed_by_name"'))
     project.file("conftest.py", CONFTEST_JOB)
-    project.pytester.makeini("[pytest]\npythonpath = .\nreward_evaluations =\n    evals/checks.py::Listed\n    mypkg.more:Listed\n")
+    project.pytester.makeini(
+        "[pytest]\npythonpath = .\nreward_evaluations =\n    evals/checks.py::Listed\n    mypkg.more:Listed\n"
+    )
     result = project.run("-v")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(
         ["*evals/checks.py::Listed PASSED*", "*mypkg/more.py::Listed PASSED*"], consecutive=False
     )
-    result.stdout.fnmatch_lines(["listed * evals/checks.py * 2 *PASS*", "listed_by_name * mypkg/more.py * 2 *PASS*"])
+    result.stdout.fnmatch_lines(
+        ["listed * evals/checks.py * 2 *PASS*", "listed_by_name * mypkg/more.py * 2 *PASS*"]
+    )
     # -k deselects listed evaluations like any item
     result = project.run("-k", "checks")
     result.assert_outcomes(passed=1)
@@ -287,7 +305,11 @@ def test_tiny_model_eval_example_is_green(project, workers):
 def test_tiny_model_eval_fails_when_the_accuracy_gate_is_out_of_reach(project):
     _example(project)
     path = project.path / "test_evaluations.py"
-    path.write_text(path.read_text().replace("@pytest.mark.reward(mean=0.85, confidence=0.95)", "@pytest.mark.reward(mean=0.99)"))
+    path.write_text(
+        path.read_text().replace(
+            "@pytest.mark.reward(mean=0.85, confidence=0.95)", "@pytest.mark.reward(mean=0.99)"
+        )
+    )
     result = project.run_subprocess("-k", "HeldoutAccuracy")
     assert result.ret == 1
     result.stdout.fnmatch_lines(["FAIL heldout_accuracy on test_evaluations.py: mean 0.93 < 0.99"])
@@ -298,7 +320,7 @@ def test_a_prompt_longer_than_the_context_fails_the_evaluation_naming_the_sample
     project.file(
         "test_long.py",
         """
-        from pytest_reward.jax.evaluation import RolloutEvaluation
+        from pytest_reward.evaluation import RolloutEvaluation
 
         class Long(RolloutEvaluation):
             name = "long"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_reward.jax.evaluation import (
+from pytest_reward.evaluation import (
     PerplexityComparisonEvaluation,
     PerplexityEvaluation,
     RolloutEvaluation,

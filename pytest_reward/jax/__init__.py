@@ -18,6 +18,10 @@ Modules, one concept each:
 * :mod:`.compilation` - compile counter and persistent compilation cache;
 * :mod:`.zoo` - :func:`resolve_model` for the shipped example models.
 
+``pytest_reward.jax.evaluation`` is not part of the engine: it is an alias of :mod:`pytest_reward.evaluation` (the
+Evaluation API, which talks to an :class:`InferenceJob` through a protocol), kept for existing code, and the only
+module here that imports from the rest of ``pytest_reward``.
+
 The shipped ``tiny-adder`` lives inside the package (``pytest_reward/jax/models/tiny-adder``) so that an installed
 wheel can find it; ``examples/models/tiny-adder`` in the repository is a symlink to it.
 """

@@ -13,17 +13,18 @@ import numpy as np
 import pytest
 
 from pytest_reward.decorator import reward_function
-from pytest_reward.jax import ByteTokenizer, InferenceJob
-from pytest_reward.jax.evaluation import (
+from pytest_reward.evaluation import (
     EncodingEvaluation,
     Evaluation,
     EvaluationError,
     EvaluationSample,
+    ModelJob,
     PerplexityComparisonEvaluation,
     PerplexityEvaluation,
     RolloutEvaluation,
     reduce_scores,
 )
+from pytest_reward.jax import ByteTokenizer, InferenceJob
 from pytest_reward.models import EvaluateResult, Message, MetricResult
 
 from .conftest import bigram_job
@@ -69,64 +70,47 @@ def bigram() -> InferenceJob:
 
 
 # ---------------------------------------------------------------------------------------------- example classes
-class _Texts(PerplexityEvaluation):
-    name = "texts_ppl"
+class _Rows:
+    """The dataset side of the example classes: ``get(i)`` is the ``i``-th of the rows given."""
 
-    def __init__(self, texts):
-        self.texts = list(texts)
-
-    def __len__(self):
-        return len(self.texts)
-
-    def get(self, i):
-        return self.texts[i]
-
-
-class _Choices(PerplexityComparisonEvaluation):
-    name = "choices"
-
-    def __init__(self, items, selection="mean"):
-        self.items = list(items)
-        self.selection = selection
-
-    def __len__(self):
-        return len(self.items)
-
-    def get(self, i):
-        return self.items[i]
-
-
-class _Echo(EncodingEvaluation):
-    name = "echo"
-
-    def __init__(self, texts):
-        self.texts = list(texts)
-
-    def __len__(self):
-        return len(self.texts)
-
-    def get(self, i):
-        return self.texts[i]
-
-    def check(self, x, y_hat):
-        return x == y_hat
-
-
-class _Letters(RolloutEvaluation):
-    """Chat prompts; the expected answer is a letter."""
-
-    name = "letters"
-
-    def __init__(self, rows, new_tokens=8, **kw):
-        super().__init__(**kw)
+    def __init__(self, rows, **kwargs):
+        super().__init__(**kwargs)
         self.rows = list(rows)
-        self.new_tokens = new_tokens
 
     def __len__(self):
         return len(self.rows)
 
     def get(self, i):
         return self.rows[i]
+
+
+class _Texts(_Rows, PerplexityEvaluation):
+    name = "texts_ppl"
+
+
+class _Choices(_Rows, PerplexityComparisonEvaluation):
+    name = "choices"
+
+    def __init__(self, items, selection="mean"):
+        super().__init__(items)
+        self.selection = selection
+
+
+class _Echo(_Rows, EncodingEvaluation):
+    name = "echo"
+
+    def check(self, x, y_hat):
+        return x == y_hat
+
+
+class _Letters(_Rows, RolloutEvaluation):
+    """Chat prompts; the expected answer is a letter."""
+
+    name = "letters"
+
+    def __init__(self, rows, new_tokens=8, **kw):
+        super().__init__(rows, **kw)
+        self.new_tokens = new_tokens
 
     def max_new_tokens(self, inference):
         return self.new_tokens
@@ -539,7 +523,58 @@ def test_reward_function_errors_score_zero_and_are_recorded(bigram):
         return [EvaluateResult(score=1.0)]
 
     samples = _Letters(rows[:2], reward=short_batch).evaluate_samples(bigram)
-    assert [s.score for s in samples] == [0.0, 0.0] and "1 results for 2 rollouts" in samples[0].error
+    assert [s.score for s in samples] == [0.0, 0.0]
+    error = "InvalidResult: batch reward function 'short_batch' returned 1 results for 2 samples"
+    assert [s.error for s in samples] == [error, error]
+
+
+def test_reward_function_declaring_original_messages_receives_the_prompt_turns(bigram):
+    """Regression (issue 12): the evaluation had its own calling convention and never passed
+    ``original_messages``; a test run passes it (the conversation before the response) when the function
+    declares it, and so do evaluations now (pointwise and batch)."""
+    seen = []
+
+    @reward_function
+    def sees_history(messages, original_messages, ground_truth=None, **kwargs):
+        seen.append(original_messages)
+        return EvaluateResult(score=float(original_messages == messages[:-1]))
+
+    prompt = [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "Which?"}]
+    rows = [(prompt, "B"), ("plain\n", "B")]
+    samples = _Letters(rows, reward=sees_history).evaluate_samples(bigram)
+    assert [s.error for s in samples] == [None, None] and [s.score for s in samples] == [1.0, 1.0]
+    assert seen == [prompt, [{"role": "user", "content": "plain\n"}]]
+
+    @reward_function(mode="batch")
+    def sees_histories(rollouts_messages, original_messages, **kwargs):
+        seen.append(original_messages)
+        return [EvaluateResult(score=1.0) for _ in rollouts_messages]
+
+    seen.clear()
+    assert _Letters(rows, reward=sees_histories)(bigram) == 1.0
+    assert seen == [[prompt, [{"role": "user", "content": "plain\n"}]]]
+
+
+def test_a_missing_target_leaves_the_ground_truth_default(bigram):
+    """Regression (issue 12): the evaluation passed ``ground_truth=None`` explicitly, overriding the function's
+    default; now a ``None`` target is not passed, as in a test run, and a real target still is."""
+
+    @reward_function
+    def with_default(messages, ground_truth="default", **kwargs):
+        return EvaluateResult(score=1.0, reason=f"ground truth {ground_truth!r}")
+
+    samples = _Letters([(chat("q"), None), (chat("r"), "B")], reward=with_default).evaluate_samples(bigram)
+    assert [s.reason for s in samples] == ["ground truth 'default'", "ground truth 'B'"]
+
+    seen = {}
+
+    @reward_function(mode="batch")
+    def batch_default(rollouts_messages, ground_truth="default", **kwargs):
+        seen["gt"] = ground_truth
+        return [EvaluateResult(score=1.0) for _ in rollouts_messages]
+
+    assert _Letters([(chat("q"), None), (chat("r"), None)], reward=batch_default)(bigram) == 1.0
+    assert seen == {"gt": "default"}  # no target at all: the keyword is not passed
 
 
 def test_undecorated_reward_is_rejected(bigram):
@@ -664,3 +699,95 @@ def test_a_direct_subclass_implements_evaluate_samples(bigram):
     assert ev(bigram, return_intermediates=True) == (1.0, ["row"])
     with pytest.raises(NotImplementedError):
         ev.score()
+
+
+# ---------------------------------------------------------------------------------------------- the job protocol
+#: Every member of the ModelJob protocol: the attributes it annotates and the methods it declares.
+PROTOCOL = set(ModelJob.__annotations__) | {n for n in vars(ModelJob) if not n.startswith("_")}
+
+
+class _OnlyTheProtocol:
+    """A job that forwards exactly the ModelJob members to a real job; any other member is an AttributeError."""
+
+    def __init__(self, job, own=None):
+        object.__setattr__(self, "_job", job)
+        object.__setattr__(self, "_own", dict(own or {}))
+
+    def __getattr__(self, name):
+        if name not in PROTOCOL:
+            raise AttributeError(f"an evaluation used job.{name}, which ModelJob does not name")
+        own = object.__getattribute__(self, "_own")
+        return own[name] if name in own else getattr(object.__getattribute__(self, "_job"), name)
+
+    def __setattr__(self, name, value):
+        if name not in PROTOCOL:
+            raise AttributeError(f"an evaluation set job.{name}, which ModelJob does not name")
+        self._own[name] = value
+
+    def __copy__(self):
+        return _OnlyTheProtocol(self._job, self._own)
+
+
+def test_evaluations_use_only_the_model_job_protocol(bigram):
+    """ModelJob names what the evaluations use of a job: each class (and a foreign encoding's view of the job)
+    runs on a job that has nothing else, with the same scores as on the InferenceJob itself."""
+    assert isinstance(bigram, ModelJob) and not isinstance(object(), ModelJob)
+    narrow = _OnlyTheProtocol(bigram)
+    with pytest.raises(AttributeError, match="ModelJob does not name"):
+        narrow.stats  # noqa: B018 - the proxy really hides what the protocol does not name
+
+    class TheseusStyle:  # a foreign encoding: the evaluation runs on a copy of the job with it
+        eot_token = EOT
+
+        def encode(self, text, allowed_special="all"):
+            return TOK.encode(text, allowed_special=allowed_special)
+
+        def decode(self, tokens):
+            return TOK.decode(tokens)
+
+    evaluations = [
+        (_Letters([(chat("Which?"), "b"), ("plain\n", "B")]), None),
+        (_Echo(["abc", "abd"]), None),
+        (_Texts(TEXTS), None),
+        (_Choices([("a", ["b", "z"], 0), ("m", ["n", "pq"], 1)]), None),
+        (_Texts(TEXTS), TheseusStyle()),
+        (_Letters([(chat("Which?"), "b")]), TheseusStyle()),
+    ]
+    for ev, encoding in evaluations:
+        want = ev(bigram, encoding, reduce="none", return_intermediates=True)
+        got = ev(narrow, encoding, reduce="none", return_intermediates=True)
+        np.testing.assert_allclose(got[0], want[0])
+        for a, b in zip(got[1], want[1], strict=True):
+            for x, y in zip(a, b, strict=True):
+                np.testing.assert_array_equal(x, y)
+    narrow.length = 2  # the job's random subset goes through the protocol too
+    assert len(_Texts(TEXTS).evaluate_samples(narrow)) == 2
+    assert bigram.length == -1
+
+
+def test_the_engine_alias_is_the_same_api():
+    """``pytest_reward.jax.evaluation`` is kept for existing code: the very same objects."""
+    import pytest_reward.errors
+    import pytest_reward.evaluation as evaluation
+    import pytest_reward.jax.evaluation as alias
+
+    before = {  # what the module exported when the API lived in the engine
+        "END_MARKERS",
+        "REDUCTIONS",
+        "EncodingEvaluation",
+        "Evaluation",
+        "EvaluationError",
+        "EvaluationSample",
+        "Evaluator",
+        "PerplexityComparisonEvaluation",
+        "PerplexityEvaluation",
+        "RolloutEvaluation",
+        "reduce_scores",
+    }
+    assert before <= set(alias.__all__) == set(evaluation.__all__)
+    for name in evaluation.__all__:
+        assert getattr(alias, name) is getattr(evaluation, name), name
+    assert alias.RolloutEvaluation is RolloutEvaluation
+    assert alias.EvaluationError is evaluation.EvaluationError is pytest_reward.errors.EvaluationError
+    assert issubclass(EvaluationError, pytest_reward.errors.RewardError)
+    assert issubclass(EvaluationError, ValueError)

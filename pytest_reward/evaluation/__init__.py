@@ -1,0 +1,102 @@
+"""Evaluations: small dataset adapters scored through a model job (``pytest_reward.jax.InferenceJob``), and an
+:class:`Evaluator` that runs a list of them and saves the results.
+
+Importing this package imports no jax: an evaluation talks to the model only through the job it is handed (the
+:class:`~.job.ModelJob` protocol); only the :class:`Evaluator` constructors that build a job import the engine.
+``pytest_reward.jax.evaluation`` is an alias of this package, kept for existing code.
+
+The API is theseus's (``Evaluation``, ``RolloutEvaluation``, ``EncodingEvaluation``, ``PerplexityEvaluation``,
+``PerplexityComparisonEvaluation``, ``Evaluator``), with its known bugs fixed. An evaluation owns no model and no
+compiled program: every model call goes through the job's batched, shape-bucketed API (``generate_tokens``,
+``token_nll``, ``loglikelihood``, ``predictions``), one call per evaluation, so the job's executables are shared
+by every evaluation and every test.
+
+Modules, one concept each:
+
+* :mod:`.job` - :class:`ModelJob`, what an evaluation uses of the model, and the view of a job with another
+  encoding;
+* :mod:`.base` - :class:`Evaluation`, :class:`EvaluationSample`, :func:`reduce_scores` and the start every
+  built-in evaluation shares;
+* :mod:`.rollout` - :class:`RolloutEvaluation` (generation; check, score or a reward function);
+* :mod:`.encoding` - :class:`EncodingEvaluation` (next-token prediction);
+* :mod:`.perplexity` - :class:`PerplexityEvaluation` and :class:`PerplexityComparisonEvaluation`;
+* :mod:`.evaluator` - :class:`Evaluator`.
+
+A subclass is a few lines::
+
+    class Sums(RolloutEvaluation):
+        name = "sums"
+        def __init__(self, rows): self.rows = rows
+        def __len__(self): return len(self.rows)
+        def get(self, i): return self.rows[i]["prompt"], self.rows[i]["answer"]
+        def max_new_tokens(self, inference): return 6
+        def check(self, y, y_hat): return y == y_hat
+
+    accuracy = Sums(rows)(job)                       # float; reduce="sum" | "none" also
+    samples = Sums(rows).evaluate_samples(job)       # list[EvaluationSample]
+
+Decisions (each differs from, or pins down, what theseus does):
+
+* **One float per sample, one reduction.** ``evaluate_samples`` returns one :class:`EvaluationSample` per scored
+  row; ``__call__`` is exactly :func:`reduce_scores` of their ``score``\\ s: ``"mean"`` averages, ``"sum"`` sums,
+  ``"none"`` returns the per-sample float64 array, anything else is a ``ValueError`` (raised before the model
+  runs). The two views cannot disagree.
+* **Perplexity is ppl, lower is better, everywhere.** A sample's score is its perplexity
+  ``exp(nll / tokens)``, every token of the text scored after the BOS (else end-of-text) token. ``reduce="mean"``
+  is therefore the *mean of per-sample perplexities* (each text weighs the same), not the corpus perplexity
+  ``exp(sum nll / sum tokens)``; that one is :meth:`PerplexityEvaluation.corpus_perplexity` (and
+  ``InferenceJob.perplexity``). Each sample's ``metrics`` carry ``nll`` (summed, nats) and ``tokens``.
+* **Comparison scores exactly the continuation's tokens.** Each continuation is scored by the job's
+  ``loglikelihood(prefix, continuation)``: the log-probability of its own tokens given the prefix (the
+  prediction of its first token included, nothing after its last). The choice is the argmax of the *mean*
+  log-probability per token (``selection = "mean"``, the default; robust to choices of different lengths) or of
+  the *sum* (``selection = "sum"``, lm-eval's ``acc``). Ties go to the first choice.
+* **``clean`` receives the generated text only**: not the prompt, and cut before the end-of-text token and
+  before the first end marker (``<|im_end|>``, ``<|endoftext|>``, ``<|eot_id|>``... see ``end_markers``) and any
+  ``stop`` string. ``"B<|im_end|>\\n<|im_start|>user..."`` reaches ``clean`` as ``"B"``.
+* **A reward function is called as a test run calls it** (:mod:`pytest_reward.call`): a ``None`` expected
+  output is not passed as ``ground_truth`` (the function's default applies), and ``original_messages`` (the
+  prompt turns) is passed when the function declares it.
+* **Prompts are never silently truncated**: a prompt that does not fit ``block_size - max_new_tokens`` raises
+  :class:`EvaluationError` naming the sample, unless the evaluation sets ``truncate = "left"`` (keep the end of
+  the prompt, where its cue is; theseus kept the head).
+* **An empty evaluation is an error** (:class:`EvaluationError`), not a score of 0.
+* **Intermediates** (``return_intermediates=True``, for RL consumers) are one ``(tokens int32 (T,), action_mask
+  bool (T,), padding_mask bool (T,))`` triple per sample for every class: rollouts use theseus's layout (prompt
+  left-padded to ``block_size - max_new_tokens``, generation after it, slots after the stop token masked out);
+  the scoring classes mark the scored tokens as the action.
+
+``encoding`` defaults to ``inference.tokenizer``. Another encoding (any object with ``encode``, ``decode`` and
+``eot_token``; theseus's tokenizers qualify) is used through a view of the job that shares its compiled
+programs; its vocabulary must fit the model's (``vocab_size`` larger than the model's raises
+:class:`EvaluationError`), and any token id outside the model's vocabulary raises, naming the sample.
+
+Several hosts: evaluations run the same Python on every process (the job shards and gathers), so every process
+gets the same samples and scores.
+"""
+
+from __future__ import annotations
+
+from ..chat import END_MARKERS
+from ..errors import EvaluationError
+from .base import REDUCTIONS, Evaluation, EvaluationSample, reduce_scores
+from .encoding import EncodingEvaluation
+from .evaluator import Evaluator
+from .job import ModelJob
+from .perplexity import PerplexityComparisonEvaluation, PerplexityEvaluation
+from .rollout import RolloutEvaluation
+
+__all__ = [
+    "END_MARKERS",
+    "REDUCTIONS",
+    "EncodingEvaluation",
+    "Evaluation",
+    "EvaluationError",
+    "EvaluationSample",
+    "Evaluator",
+    "ModelJob",
+    "PerplexityComparisonEvaluation",
+    "PerplexityEvaluation",
+    "RolloutEvaluation",
+    "reduce_scores",
+]

@@ -270,8 +270,9 @@ def _gaps(protections: dict, cfg: dict) -> list[str]:
                 f"abstract unix sockets: no network namespace, no seccomp filter, Landlock ABI {abi} < 6"
             )
     if "pid" not in namespaces or not protections.get("fresh_proc"):
-        gaps.append(f"processes: no PID namespace with its own /proc{why_ns}: the host's processes are visible "
-                    "and a daemonised child may outlive the run")  # fmt: skip
+        outlive = "" if protections.get("uid") is not None else " and a daemonised child may outlive the run"
+        gaps.append(f"processes: no PID namespace with its own /proc{why_ns}: the host's processes are "
+                    f"visible{outlive}")  # fmt: skip
         if protections.get("uid") is None and abi < 6:
             gaps.append(
                 f"signals: same uid as the caller and Landlock ABI {abi} < 6: the caller can be signalled"

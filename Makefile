@@ -21,9 +21,11 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -n 2 tests
 	$(PY) -m ruff check pytest_reward tests bench examples
+	$(VENV)/bin/lint-imports
 
 lint: $(STAMP)
 	$(PY) -m ruff check pytest_reward tests bench examples
+	$(VENV)/bin/lint-imports
 
 bench: $(STAMP)
 	$(PY) bench/run_all.py

@@ -1,4 +1,5 @@
-"""The decorator as users import it (``from pytest_reward import reward_function``): :func:`decorator.reward_function`
+"""The decorator as users import it (``from pytest_reward import reward_function``): the one of
+:mod:`pytest_reward.decorator`
 plus reward-kit's ``fn.deploy(...)`` method.
 
 ``fn.deploy`` runs a whole pytest session (test the function on its samples, deploy only a green result), so it
@@ -12,7 +13,8 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from . import decorator
+from .decorator import EvaluationMode
+from .decorator import reward_function as decorate_reward_function
 
 __all__ = ["reward_function"]
 
@@ -29,7 +31,7 @@ def _deploy(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> str:
 def reward_function(
     _func: F | None = None,
     *,
-    mode: decorator.EvaluationMode = "pointwise",
+    mode: EvaluationMode = "pointwise",
     id: str | None = None,
     requirements: Sequence[str] | str | None = None,
     resources: dict[str, Any] | None = None,
@@ -38,7 +40,7 @@ def reward_function(
     ``.deploy(name=..., target=..., samples=...)`` method that tests it with pytest and deploys it if green."""
 
     def decorate(func: F) -> F:
-        wrapper = decorator.reward_function(
+        wrapper = decorate_reward_function(
             func, mode=mode, id=id, requirements=requirements, resources=resources
         )
         wrapper.deploy = functools.partial(_deploy, wrapper)  # type: ignore[attr-defined]

@@ -22,24 +22,28 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
-
-import pytest
+from typing import TYPE_CHECKING, Any
 
 from .atomic import atomic_write_text
+from .errors import BaselineError
 from .results import float_json
+
+if TYPE_CHECKING:
+    from .run import GroupResult
 
 __all__ = [
     "FORMAT",
+    "BaselineError",
     "Comparison",
     "Rule",
     "Storage",
     "compare_runs",
     "evaluate_rules",
     "parse_rules",
+    "run_record",
 ]
 
 FORMAT = "pytest-reward-run"
@@ -47,10 +51,6 @@ VERSION = 1
 RULE_NAMES = ("mean", "pass_rate", "sample")
 _NAME_RE = re.compile(r"^[A-Za-z0-9._+-]+$")
 _FILE_RE = re.compile(r"^(\d{4})_(.+)\.json$")
-
-
-class BaselineError(pytest.UsageError):
-    """A stored run that cannot be used; the message names the file."""
 
 
 # --- storage ---------------------------------------------------------------------------------------------
@@ -175,6 +175,17 @@ def _sample_json(entry: dict[str, Any]) -> str:
                 return _dump(entry)
             return f'{{"id": {_string(ident)}, "line": {line}, "score": {score_j}, "verdict": {_string(verdict)}}}'
     return _dump(entry)
+
+
+# --- stored runs of a RunResult -------------------------------------------------------------------------
+
+
+def run_record(groups: Iterable[GroupResult], meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The stored run (``--reward-save``) and what comparisons read: aggregates and every sample by key."""
+    record: dict[str, Any] = {"format": FORMAT, "version": VERSION}
+    record.update(meta)
+    record["groups"] = [g.record_entry() for g in groups]
+    return record
 
 
 # --- comparison ------------------------------------------------------------------------------------------
@@ -336,17 +347,17 @@ def parse_rules(texts: Iterable[str], source: str = "--reward-compare-fail") -> 
         for part in text.replace(",", " ").split():
             name, sep, value = part.partition(":")
             if not sep or name not in RULE_NAMES:
-                raise pytest.UsageError(
+                raise BaselineError(
                     f"{source}: expected RULE:TOLERANCE with RULE one of {', '.join(RULE_NAMES)}, got {part!r}"
                 )
             try:
                 tol = float(value)
             except ValueError:
-                raise pytest.UsageError(
+                raise BaselineError(
                     f"{source}: tolerance of {name} must be a number, got {value!r}"
                 ) from None
             if not tol >= 0:
-                raise pytest.UsageError(f"{source}: tolerance of {name} must be ≥ 0, got {value}")
+                raise BaselineError(f"{source}: tolerance of {name} must be ≥ 0, got {value}")
             rules.append(Rule(name, tol))
     return rules
 

@@ -40,9 +40,8 @@ def _compare_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Name
         import shutil
         from pathlib import Path
 
-        import pytest
-
         from .baseline import Storage, compare_runs, evaluate_rules, parse_rules
+        from .errors import UsageError
         from .report.terminal import render_comparison
 
         storage = Storage(Path(args.storage))
@@ -50,7 +49,7 @@ def _compare_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Name
             rules = parse_rules(args.fail, "--fail")
             base_path, cur_path = storage.resolve(args.baseline), storage.resolve(args.current)
             base, cur = storage.load(base_path), storage.load(cur_path)
-        except pytest.UsageError as exc:
+        except UsageError as exc:
             print(f"pytest-reward compare: {exc}", file=sys.stderr)
             return 4
         comparisons = compare_runs(

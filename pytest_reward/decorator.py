@@ -24,13 +24,13 @@ import types
 import typing
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 from pydantic import TypeAdapter, ValidationError
 
 from .errors import RewardInputError, RewardReturnError
 from .models import EvaluateResult, Message, RewardOutput
+from .spec import RewardSpec, is_reward_function
 
 __all__ = [
     "RewardInputError",
@@ -63,33 +63,6 @@ def _result_list_adapter() -> TypeAdapter[list[EvaluateResult]]:
     if _RESULT_LIST_ADAPTER is None:
         _RESULT_LIST_ADAPTER = TypeAdapter(list[EvaluateResult])
     return _RESULT_LIST_ADAPTER
-
-
-@dataclass
-class RewardSpec:
-    """What the decorator learned about a reward function, once."""
-
-    name: str
-    mode: str
-    is_async: bool
-    parameters: tuple[str, ...]
-    accepts_var_kwargs: bool
-    messages_index: int | None
-    coerce_messages: bool
-    coerce_ground_truth: bool
-    coerce_rollouts: bool
-    id: str | None = None
-    requirements: tuple[str, ...] = ()
-    resources: dict[str, Any] | None = None
-    foreign: bool = False
-    """True for functions decorated by an installed ``reward_kit`` (collected, never re-wrapped)."""
-    module: str | None = None
-    code: tuple[str, int] | None = None
-    """(file, first line) of the function, where its warnings point."""
-    legacy_warned: bool = field(default=False, compare=False)
-
-    def accepts(self, name: str) -> bool:
-        return self.accepts_var_kwargs or name in self.parameters
 
 
 # --- annotation analysis ---------------------------------------------------------------------------------
@@ -398,19 +371,6 @@ def reward_function(
     if _func is not None:
         return decorate(_func)
     return decorate
-
-
-def is_reward_function(obj: Any) -> bool:
-    """True for functions decorated by this package's or an installed reward-kit's ``@reward_function``.
-
-    (An attribute check: discovery calls it on every module attribute, before anything is analysed.)
-    """
-    if not callable(obj) or isinstance(obj, type):
-        return False
-    try:
-        return hasattr(obj, "__reward_spec__") or hasattr(obj, "_reward_function_mode")
-    except Exception:  # objects with exotic __getattr__
-        return False
 
 
 def get_spec(obj: Any) -> RewardSpec:

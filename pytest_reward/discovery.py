@@ -35,33 +35,26 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from .errors import DiscoveryError
+from .spec import is_reward_function
 from .thresholds import GateError, Gates, validate_marker
 
 if TYPE_CHECKING:
-    from .decorator import RewardSpec
+    from .spec import RewardSpec
 
-__all__ = ["DiscoveryError", "Registry", "RewardFn", "discover"]
-
-
-def is_reward_function(obj: Any) -> bool:
-    """True for functions decorated by this package's or an installed reward-kit's ``@reward_function``.
-
-    (An attribute check, so that discovery does not import the models before it finds a reward function.)
-    """
-    if not callable(obj) or isinstance(obj, type):
-        return False
-    try:
-        return hasattr(obj, "__reward_spec__") or hasattr(obj, "_reward_function_mode")
-    except Exception:  # objects with exotic __getattr__
-        return False
+__all__ = [
+    "DiscoveryError",
+    "Registry",
+    "RewardFn",
+    "discover",
+    "functions_in",
+    "import_reward_module",
+    "marks_of",
+    "package_base",
+]
 
 
-DEFAULT_REWARD_MODULES = ("main.py", "reward_*.py", "*_reward.py", "rewards.py")
 _NEEDLE = b"reward_function"
-
-
-class DiscoveryError(Exception):
-    """A reward module or ``--reward-fn`` target that could not be loaded."""
 
 
 @dataclass
@@ -218,7 +211,7 @@ def _dotted_name(path: Path, root: Path) -> str:
     return ".".join(p if p.isidentifier() else "".join(c if c.isalnum() else "_" for c in p) for p in parts)
 
 
-def _package_base(path: Path) -> Path:
+def package_base(path: Path) -> Path:
     """The first directory upwards that is not a regular package (what pytest's prepend mode puts on sys.path)."""
     directory = path.parent
     while (directory / "__init__.py").is_file():
@@ -237,7 +230,7 @@ def import_reward_module(path: Path, root: Path, importmode: str) -> ModuleType:
         and Path(existing.__file__).resolve() == path
     ):
         return existing
-    base = str(_package_base(path))
+    base = str(package_base(path))
     if importmode != "importlib" and base not in sys.path:
         if importmode == "append":
             sys.path.append(base)
@@ -254,17 +247,6 @@ def import_reward_module(path: Path, root: Path, importmode: str) -> ModuleType:
         sys.modules.pop(name, None)
         raise
     return module
-
-
-def _import_test_module(path: Path, config: Any) -> ModuleType:
-    from _pytest.pathlib import import_path
-
-    return import_path(
-        path,
-        mode=config.getoption("importmode"),
-        root=config.rootpath,
-        consider_namespace_packages=config.getini("consider_namespace_packages"),
-    )
 
 
 def _format_import_error(exc: BaseException) -> str:
@@ -285,7 +267,7 @@ def _owned(obj: Any, module: ModuleType) -> bool:
     return getattr(home, getattr(obj, "__name__", ""), None) is not obj
 
 
-def _functions_in(module: ModuleType) -> list[tuple[str, Any]]:
+def functions_in(module: ModuleType) -> list[tuple[str, Any]]:
     found = []
     for attr, obj in list(vars(module).items()):
         if attr.startswith("__") or not is_reward_function(obj) or not _owned(obj, module):
@@ -294,7 +276,7 @@ def _functions_in(module: ModuleType) -> list[tuple[str, Any]]:
     return found
 
 
-def _marks_of(obj: Any) -> list[Any]:
+def marks_of(obj: Any) -> list[Any]:
     marks = getattr(obj, "pytestmark", [])
     if not isinstance(marks, list):
         marks = [marks]
@@ -336,7 +318,9 @@ def _load_fn_spec(spec: str, opts: DiscoveryOptions, config: Any) -> tuple[Any, 
         if not path.is_file():
             raise DiscoveryError(f"--reward-fn {spec}: file {file_part} not found")
         if _matches(path, opts.python_files) and config is not None:
-            module = _import_test_module(path, config)
+            from .pytest_private import import_test_module
+
+            module = import_test_module(path, config)
         else:
             module = import_reward_module(path, opts.rootdir, opts.importmode)
     elif ":" in spec:
@@ -352,46 +336,6 @@ def _load_fn_spec(spec: str, opts: DiscoveryOptions, config: Any) -> tuple[Any, 
     if not is_reward_function(obj):
         raise DiscoveryError(f"--reward-fn {spec}: {attr!r} is not decorated with @reward_function")
     return obj, module
-
-
-def load_evaluation_spec(spec: str, rootdir: Path, invocation_dir: Path, importmode: str) -> tuple[ModuleType, type]:
-    """Import the ``Evaluation`` subclass named by an ini ``reward_evaluations`` entry.
-
-    ``package.module:Class`` is imported by name; ``path/to/file.py::Class`` (relative to the rootdir, else to the
-    invocation directory) like a reward module. Every problem is a ``DiscoveryError`` naming the entry.
-    """
-    from .jax.evaluation import Evaluation
-
-    where = f"ini reward_evaluations entry {spec!r}"
-    try:
-        if "::" in spec:
-            file_part, _, attr = spec.partition("::")
-            path = Path(file_part)
-            if not path.is_absolute():
-                path = next(
-                    (base / path for base in (rootdir, invocation_dir) if (base / path).is_file()), rootdir / path
-                )
-            if not path.is_file():
-                raise DiscoveryError(f"{where}: file {file_part} not found")
-            module = import_reward_module(path, rootdir, importmode)
-        elif ":" in spec:
-            mod_name, _, attr = spec.partition(":")
-            module = importlib.import_module(mod_name)
-        else:
-            raise DiscoveryError(f"{where}: expected package.module:Class or path/to/file.py::Class")
-    except DiscoveryError:
-        raise
-    except Exception as exc:
-        raise DiscoveryError(f"{where}: import failed: {type(exc).__name__}: {exc}") from exc
-    obj: Any = getattr(module, attr, None)
-    if obj is None:
-        raise DiscoveryError(f"{where}: {module.__name__} has no attribute {attr!r}")
-    if not (isinstance(obj, type) and issubclass(obj, Evaluation)):
-        raise DiscoveryError(f"{where}: {attr!r} is not a subclass of pytest_reward.jax.evaluation.Evaluation")
-    if inspect.isabstract(obj):
-        missing = ", ".join(sorted(obj.__abstractmethods__))
-        raise DiscoveryError(f"{where}: {attr!r} is abstract (it does not implement {missing})")
-    return module, obj
 
 
 def _resolve_bound(
@@ -454,7 +398,7 @@ def _make_entry(obj: Any, module: ModuleType | None, opts: DiscoveryOptions, att
     other_marks = []
     where = f"@pytest.mark.reward on {_relative(path, opts.rootdir)}::{qualname}"
     reward_marks = []
-    for mark in _marks_of(module) + _marks_of(obj):
+    for mark in marks_of(module) + marks_of(obj):
         if getattr(mark, "name", None) == "reward":
             reward_marks.append(mark)
         else:
@@ -554,7 +498,9 @@ def discover(opts: DiscoveryOptions, config: Any = None) -> Registry:
             continue
         try:
             if is_test_module and config is not None:
-                module = _import_test_module(path, config)
+                from .pytest_private import import_test_module
+
+                module = import_test_module(path, config)
             else:
                 module = import_reward_module(path, opts.rootdir, opts.importmode)
         except Exception as exc:
@@ -562,7 +508,7 @@ def discover(opts: DiscoveryOptions, config: Any = None) -> Registry:
                 continue  # pytest reports it when it collects the module
             registry.import_errors.append((path, _format_import_error(exc)))
             continue
-        for attr, obj in sorted(_functions_in(module), key=lambda kv: _source_location(kv[1], module)[1]):
+        for attr, obj in sorted(functions_in(module), key=lambda kv: _source_location(kv[1], module)[1]):
             add(obj, module, attr)
     _disambiguate(registry.functions, opts.rootdir)
     return registry

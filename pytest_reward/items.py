@@ -1,4 +1,8 @@
-"""Collectors and test items: a samples file, function × sample items, function × file items, error items."""
+"""Test items: a reward function on one sample, on a whole samples file, a malformed line, an ``Evaluation``.
+
+Each item's ``runtest`` scores, records the outcome as report data (:mod:`pytest_reward.wire`) and raises
+:class:`~pytest_reward.failure.RewardFailure` for a failing verdict; the collectors that build them are in
+:mod:`pytest_reward.collect`."""
 
 from __future__ import annotations
 
@@ -10,105 +14,35 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from _pytest._code.code import ExceptionInfo, TerminalRepr
-from _pytest._io import TerminalWriter
 
-from .results import BELOW, FAIL, GroupAccumulator, SampleOutcome, row_json
-from .samples import Sample, SampleError, count_lines, iter_samples
-from .scoring import InvalidResult, Invoker, describe_exception, error_outcome
+from .call import describe_exception
+from .errors import EvaluationError, InvalidResult
+from .failure import RewardFailure, RewardRepr, describe_outcome, user_frames
+from .pytest_private import TerminalRepr, structured_node_id
+from .results import FAIL, GroupAccumulator, SampleOutcome, row_json
+from .samples import Sample, SampleError, iter_samples
+from .scoring import Invoker, error_outcome
 from .session import REWARD_DATA, RewardSession, session_key
+from .wire import file_data, outcomes_data
 
 if TYPE_CHECKING:
     from .discovery import RewardFn
 
-__all__ = ["FileItem", "LineErrorItem", "SampleItem", "SamplesFile"]
-
-_PACKAGE_DIR = str(Path(__file__).resolve().parent)
-
-
-class RewardFailure(Exception):
-    """A verdict (not a crash): the message is the whole report."""
-
-    def __init__(self, headline: str, details: list[str]) -> None:
-        super().__init__(headline)
-        self.headline = headline
-        self.details = details
-
-
-class _Crash:
-    """The ``reprcrash`` of our reports: pytest uses ``message`` for the short summary line."""
-
-    def __init__(self, path: str, lineno: int, message: str) -> None:
-        self.path = path
-        self.lineno = lineno
-        self.message = message
+__all__ = [
+    "BatchScheduler",
+    "EvaluationItem",
+    "FileItem",
+    "LineErrorItem",
+    "ModelFileItem",
+    "RolloutSampleItem",
+    "SampleItem",
+    "apply_marks",
+    "may_use_model",
+    "uses_model",
+]
 
 
-class RewardRepr(TerminalRepr):
-    """A failure report: verdict line, context lines, then (for crashes) the user's traceback."""
-
-    def __init__(
-        self, headline: str, lines: Sequence[str], inner: Any = None, location: tuple[str, int] = ("", 0)
-    ) -> None:
-        self.headline = headline
-        self.lines = list(lines)
-        self.inner = inner
-        self.reprcrash = _Crash(location[0], location[1], headline)
-
-    def toterminal(self, tw: TerminalWriter) -> None:
-        tw.line(self.headline, red=True, bold=True)
-        for line in self.lines:
-            tw.line(line)
-        if self.inner is not None:
-            tw.line("")
-            self.inner.toterminal(tw)
-
-
-def _truncate(text: str | None, limit: int) -> str:
-    if text is None:
-        return "∅"
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def describe_outcome(outcome: SampleOutcome, fn: RewardFn, verbosity: int) -> list[str]:
-    """Context lines of a failing sample: where it is, the conversation, scores, metrics."""
-    width = 400 if verbosity > 0 else 120
-    lines = [
-        f"  sample     {outcome.file}:{outcome.line}  [{outcome.sample_id}]",
-        f"  function   {fn.name}  ({fn.path.name}:{fn.lineno})",
-        f"  user       {_truncate(outcome.user, width)}",
-        f"  assistant  {_truncate(outcome.response, width)}",
-    ]
-    if outcome.score is not None:
-        gate = f"  (threshold {fn.gates.threshold:g})" if fn.gates.threshold is not None else ""
-        lines.append(f"  score      {outcome.score:.4g}{gate}")
-    if outcome.reason:
-        lines.append(f"  reason     {_truncate(outcome.reason, width)}")
-    if outcome.metrics:
-        lines.append("  metrics")
-        name_w = max(len(n) for n in outcome.metrics)
-        for name, m in outcome.metrics.items():
-            flag = "" if m.get("valid", True) else "  (invalid)"
-            lines.append(f"    {name:<{name_w}}  {m['score']:.4g}  {_truncate(m.get('reason'), width)}{flag}")
-    for problem in outcome.failures[1:]:
-        lines.append(f"  also       {problem}")
-    return lines
-
-
-def _user_frames(excinfo: ExceptionInfo[BaseException]) -> Any:
-    """Traceback without pytest, pluggy or pytest-reward frames (and without __tracebackhide__ frames)."""
-    tb = excinfo.traceback.filter(excinfo)
-    return tb.filter(
-        lambda entry: (
-            not str(entry.path).startswith(_PACKAGE_DIR)
-            and "/_pytest/" not in str(entry.path)
-            and "/pluggy/" not in str(entry.path)
-        )
-    )
-
-
-def _apply_marks(item: pytest.Item, fn: RewardFn) -> None:
+def apply_marks(item: pytest.Item, fn: RewardFn) -> None:
     """The reward function's own marks (skip, xfail, custom) apply to its items."""
     for mark in fn.marks:
         item.add_marker(getattr(pytest.mark, mark.name)(*mark.args, **mark.kwargs))
@@ -133,11 +67,11 @@ class _Located:
         return "long" if style == "auto" else style
 
     def _crash_repr(
-        self, excinfo: ExceptionInfo[BaseException], headline: str, lines: list[str]
+        self, excinfo: pytest.ExceptionInfo[BaseException], headline: str, lines: list[str]
     ) -> RewardRepr:
         inner = None
-        if self._style() not in ("no", "line") and len(_user_frames(excinfo)):
-            inner = excinfo.getrepr(style=self._style(), tbfilter=_user_frames, truncate_locals=True)  # type: ignore[arg-type]
+        if self._style() not in ("no", "line") and len(user_frames(excinfo)):
+            inner = excinfo.getrepr(style=self._style(), tbfilter=user_frames, truncate_locals=True)  # type: ignore[arg-type]
         elif self._style() != "no":
             lines = [*lines, f"  error      {describe_exception(excinfo.value)}"]
         return RewardRepr(headline, lines, inner, (str(self.path), self.lineno))
@@ -157,7 +91,47 @@ class _RewardItem(_Located, pytest.Item):
         return super().from_parent(parent, **kw)
 
 
-class SampleItem(_RewardItem):
+class _OneSample(_Located):
+    """What sample items and rollout items share: one function, one sample, one outcome."""
+
+    fn: RewardFn
+    invoker: Invoker
+    sample: Sample
+    group: dict[str, Any]
+    user_properties: list[tuple[str, object]]
+
+    def _setup(self, fn: RewardFn, invoker: Invoker, sample: Sample, group: dict[str, Any]) -> None:
+        self.fn = fn
+        self.invoker = invoker
+        self.sample = sample
+        self.group = group
+        self.lineno = sample.line - 1
+        self.outcome: SampleOutcome | None = None
+        apply_marks(self, fn)  # type: ignore[arg-type]
+
+    def _record(self, outcome: SampleOutcome, rollouts: list[float] | None = None) -> None:
+        self.outcome = outcome
+        if outcome.score is not None:
+            self.user_properties.append(("reward.score", outcome.score))
+        for name, m in outcome.metrics.items():
+            self.user_properties.append((f"reward.metric.{name}", m["score"]))
+        self.user_properties.append(("reward.verdict", outcome.verdict))
+        self.set_reward_data(outcomes_data([self.group], [outcome], outcome.verdict, rollouts=rollouts))
+
+    def _fail(self, outcome: SampleOutcome, headline: str | None = None, detail: Sequence[str] = ()) -> None:
+        __tracebackhide__ = True
+        lines = describe_outcome(outcome, self.fn, self.config.get_verbosity())
+        raise RewardFailure(headline or outcome.failures[0], lines + [f"  {d}" for d in detail if d.strip()])
+
+    def _verdict_repr(self, excinfo: pytest.ExceptionInfo[BaseException]) -> RewardRepr | None:
+        if isinstance(excinfo.value, RewardFailure):
+            return RewardRepr(
+                excinfo.value.headline, excinfo.value.details, None, (str(self.path), self.lineno)
+            )
+        return None
+
+
+class SampleItem(_OneSample, _RewardItem):
     """One reward function on one sample."""
 
     def __init__(
@@ -171,25 +145,8 @@ class SampleItem(_RewardItem):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.fn = fn
-        self.invoker = invoker
-        self.sample = sample
-        self.group = group
+        self._setup(fn, invoker, sample, group)
         self.batch = batch
-        self.lineno = sample.line - 1
-        self.outcome: SampleOutcome | None = None
-        _apply_marks(self, fn)
-
-    def _record(self, outcome: SampleOutcome) -> None:
-        self.outcome = outcome
-        if outcome.score is not None:
-            self.user_properties.append(("reward.score", outcome.score))
-        for name, m in outcome.metrics.items():
-            self.user_properties.append((f"reward.metric.{name}", m["score"]))
-        self.user_properties.append(("reward.verdict", outcome.verdict))
-        self.set_reward_data(
-            {"groups": [self.group], "outcomes": [outcome.to_dict()], "verdict": outcome.verdict}
-        )
 
     def runtest(self) -> None:
         __tracebackhide__ = True
@@ -203,9 +160,7 @@ class SampleItem(_RewardItem):
                 "--reward-model to roll it out",
             )
             self._record(outcome)
-            raise RewardFailure(
-                outcome.failures[0], describe_outcome(outcome, self.fn, self.config.get_verbosity())
-            )
+            self._fail(outcome)
         start = time.perf_counter()
         if self.batch is not None:
             outcome = self.batch.outcome_for(sample)
@@ -219,8 +174,7 @@ class SampleItem(_RewardItem):
                 )
                 self._record(outcome)
                 headline, *detail = str(exc).splitlines()
-                lines = describe_outcome(outcome, self.fn, self.config.get_verbosity())
-                raise RewardFailure(headline, lines + [f"  {d}" for d in detail if d.strip()]) from None
+                self._fail(outcome, headline, detail)
             except (Exception, pytest.fail.Exception) as exc:
                 self._record(
                     self.invoker.outcome(
@@ -231,15 +185,14 @@ class SampleItem(_RewardItem):
             outcome = self.invoker.outcome(sample, result, runs=runs, duration=time.perf_counter() - start)
             self._record(outcome)
         if outcome.verdict == FAIL:
-            raise RewardFailure(
-                outcome.failures[0], describe_outcome(outcome, self.fn, self.config.get_verbosity())
-            )
+            self._fail(outcome)
 
-    def repr_failure(self, excinfo: ExceptionInfo[BaseException], style: Any = None) -> str | TerminalRepr:
-        if isinstance(excinfo.value, RewardFailure):
-            return RewardRepr(
-                excinfo.value.headline, excinfo.value.details, None, (str(self.path), self.lineno)
-            )
+    def repr_failure(
+        self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None
+    ) -> str | TerminalRepr:
+        verdict = self._verdict_repr(excinfo)
+        if verdict is not None:
+            return verdict
         outcome = self.outcome
         context = describe_outcome(outcome, self.fn, self.config.get_verbosity()) if outcome else []
         headline = f"{self.fn.name} raised {describe_exception(excinfo.value)}"
@@ -269,12 +222,12 @@ class LineErrorItem(_RewardItem):
         outcomes = [
             error_outcome(fn.name, self.file_label, self.error, self.error.message) for fn in self.functions
         ]
-        self.set_reward_data(
-            {"groups": self.groups, "outcomes": [o.to_dict() for o in outcomes], "verdict": FAIL}
-        )
+        self.set_reward_data(outcomes_data(self.groups, outcomes, FAIL))
         raise RewardFailure(f"{self.file_label}:{self.error.line}: {self.error.message}", [])
 
-    def repr_failure(self, excinfo: ExceptionInfo[BaseException], style: Any = None) -> str | TerminalRepr:
+    def repr_failure(
+        self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None
+    ) -> str | TerminalRepr:
         if isinstance(excinfo.value, RewardFailure):
             return RewardRepr(excinfo.value.headline, [], None, (str(self.path), self.lineno))
         return super().repr_failure(excinfo)
@@ -306,7 +259,7 @@ class _FileRun:
         self.fn = fn
         self.invoker = invoker
         self.rs = rs
-        _apply_marks(self, fn)  # type: ignore[arg-type]
+        apply_marks(self, fn)  # type: ignore[arg-type]
 
     def _job(self) -> Any:
         """The model that rolls out prompt-only samples (only called when ``rollout_settings`` is not None)."""
@@ -440,16 +393,16 @@ class _FileRun:
         if summary.mean is not None:
             self.user_properties.append(("reward.mean", summary.mean))
         self.set_reward_data(
-            {
-                "summary": summary.to_dict(),
-                "worst": [o.to_dict() for o in worst],
-                "preview": [o.to_dict() for o in reservoir.items],
-                "flaky": [o.to_dict() for o in acc.flaky],
-                "rows_file": rows.name if rows is not None else None,
-                "record": record.columns if record is not None else None,
-                "verdict": FAIL if n_failing else "pass",
-                "rollouts": _rollout_delta(pool, before) if pool is not None else None,
-            }
+            file_data(
+                verdict=FAIL if n_failing else "pass",
+                summary=summary.to_dict(),
+                worst=worst,
+                preview=reservoir.items,
+                flaky=acc.flaky,
+                rows_file=rows.name if rows is not None else None,
+                record=record.columns if record is not None else None,
+                rollouts=rollout_delta(pool, before) if pool is not None else None,
+            )
         )
         if summary.n == 0:
             raise RewardFailure(f"{label}: no samples", [])
@@ -465,7 +418,9 @@ class _FileRun:
                 f"{n_failing} of {summary.n} samples failed ({self.fn.name} on {label})", lines
             )
 
-    def repr_failure(self, excinfo: ExceptionInfo[BaseException], style: Any = None) -> str | TerminalRepr:
+    def repr_failure(
+        self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None
+    ) -> str | TerminalRepr:
         if isinstance(excinfo.value, RewardFailure):
             return RewardRepr(excinfo.value.headline, excinfo.value.details, None, (str(self.path), 0))
         if isinstance(excinfo.value, pytest.fail.Exception) and not excinfo.value.pytrace:
@@ -536,134 +491,10 @@ class BatchScheduler:
         return self.cache.pop(key)
 
 
-class SamplesFile(pytest.File):
-    """A JSONL samples file: items for every reward function that meets it."""
-
-    def collect(self) -> Iterator[pytest.Item]:
-        rs = self.config.stash[session_key]
-        registry = rs.discover(self.session)
-        errors = registry.pop_errors()
-        if len(errors) == 1:
-            raise self.CollectError(errors[0])
-        if errors:
-            raise self.CollectError("invalid reward functions:\n" + "\n".join(f"  {e}" for e in errors))
-        _, explicit, globbed = rs.wants_file(self.path)
-        functions = [
-            fn for fn in rs.functions_for(self.path, explicit=explicit, globbed=globbed) if fn.error is None
-        ]
-        if not functions:
-            return
-        settings = rs.settings
-        label = rs.rel(self.path)
-        granularity = settings.granularity
-        if granularity == "auto":
-            lines = count_lines(self.path, limit=settings.max_items_per_file)
-            granularity = "sample" if lines <= settings.max_items_per_file else "file"
-        if granularity == "file":
-            yield from self._file_items(rs, functions, label)
-            return
-        yield from self._sample_items(rs, functions, label)
-
-    def _file_items(self, rs: RewardSession, functions: list[RewardFn], label: str) -> Iterator[pytest.Item]:
-        from .fixtures import overrides_inference_job
-
-        settings = rs.settings
-        if not (settings.model or overrides_inference_job(self.config)):
-            for fn in functions:
-                yield FileItem.from_parent(
-                    self, name=fn.name, fn=fn, invoker=Invoker(fn, label, runs=settings.runs), rs=rs
-                )
-            return
-        # A model is at hand: items that can roll out the file's prompt-only samples, if it has any (the file is
-        # not read at collection; the model is loaded only when a prompt-only sample is met).
-        fixtureinfo = self.session._fixturemanager.getfixtureinfo(node=self, func=_lazy_model, cls=None)
-        for fn in functions:
-            item = ModelFileItem.from_parent(
-                self,
-                name=fn.name,
-                callobj=_lazy_model,
-                fixtureinfo=fixtureinfo,
-                fn=fn,
-                invoker=Invoker(fn, label, runs=settings.runs),
-                rs=rs,
-            )
-            rs.rollouts.expect_reader(label, item.rollout_settings())
-            yield item
-
-    def _sample_items(
-        self, rs: RewardSession, functions: list[RewardFn], label: str
-    ) -> Iterator[pytest.Item]:
-        settings = rs.settings
-        samples: list[Sample] = []
-        errors: list[SampleError] = []
-        seen: dict[str, int] = {}
-        for record in iter_samples(self.path, max_line_bytes=settings.max_line_bytes):
-            if isinstance(record, SampleError):
-                errors.append(record)
-            elif record.id is not None and record.id in seen:
-                errors.append(
-                    SampleError(
-                        record.path,
-                        record.line,
-                        f"duplicate id {record.id!r} (first at line {seen[record.id]})",
-                    )
-                )
-            else:
-                if record.id is not None:
-                    seen[record.id] = record.line
-                samples.append(record)
-        if not samples and not errors:
-            errors.append(SampleError(self.path, 1, "the file has no samples (it is empty)"))
-        total = len(samples) + len(errors)
-        groups = {fn.name: {"function": fn.name, "file": label, "total": total} for fn in functions}
-        for err in errors:
-            yield LineErrorItem.from_parent(
-                self,
-                name=err.label,
-                error=err,
-                functions=functions,
-                file_label=label,
-                groups=list(groups.values()),
-            )
-        fixtureinfo = None
-        for fn in functions:
-            invoker = Invoker(fn, label, runs=settings.runs)
-            batch = (
-                BatchScheduler(invoker, [s for s in samples if not s.prompt_only], settings.batch_size)
-                if invoker.batch
-                else None
-            )
-            for sample in samples:
-                name = f"{fn.name}[{sample.label}]"
-                if sample.prompt_only:
-                    if fixtureinfo is None:
-                        # The same for every rollout item of this file: resolved once, not per item.
-                        fixtureinfo = self.session._fixturemanager.getfixtureinfo(
-                            node=self, func=_needs_model, cls=None
-                        )
-                    yield RolloutSampleItem.from_parent(
-                        self,
-                        name=name,
-                        callobj=_needs_model,
-                        fixtureinfo=fixtureinfo,
-                        fn=fn,
-                        invoker=invoker,
-                        sample=sample,
-                        group=groups[fn.name],
-                    )
-                    continue
-                yield SampleItem.from_parent(
-                    self, name=name, fn=fn, invoker=invoker, sample=sample, group=groups[fn.name], batch=batch
-                )
-        prompt_only = [s for s in samples if s.prompt_only]
-        if prompt_only:
-            rs.rollouts.register(label, prompt_only)
-
-
 # --- items that need the session's model ------------------------------------------------------------------
 
 
-def _needs_model(inference_job: Any) -> None:
+def uses_model(inference_job: Any) -> None:
     """Stand-in test function of model-backed items: it makes pytest resolve the ``inference_job`` fixture."""
 
 
@@ -672,22 +503,21 @@ class _ModelItem(_Located, pytest.Function):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        # pytest >= 9.2 builds a Function's structured id from ``name`` without splitting off ``[...]``; give it
-        # the id pytest parses back from --lf caches and --deselect (as _RewardItem.from_parent does).
-        try:
-            from _pytest.nodeid import coerce_node_id
-        except ImportError:  # pytest < 9.2: node ids are plain strings
-            return
-        self._id = coerce_node_id(f"{self.parent.nodeid}::{self.name}")  # type: ignore[union-attr]
+        # pytest >= 9.2: the id pytest parses back from --lf caches and --deselect (see pytest_private)
+        node_id = structured_node_id(f"{self.parent.nodeid}::{self.name}")  # type: ignore[union-attr]
+        if node_id is not None:
+            self._id = node_id
 
-    def repr_failure(self, excinfo: ExceptionInfo[BaseException], style: Any = None) -> str | TerminalRepr:  # type: ignore[override]
+    def repr_failure(
+        self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None
+    ) -> str | TerminalRepr:  # type: ignore[override]
         if isinstance(excinfo.value, RewardFailure):
             return RewardRepr(
                 excinfo.value.headline, excinfo.value.details, None, (str(self.path), self.lineno)
             )
         if isinstance(excinfo.value, pytest.fail.Exception) and not excinfo.value.pytrace:
             return str(excinfo.value)
-        inner = excinfo.getrepr(style="long", tbfilter=_user_frames, truncate_locals=True)  # type: ignore[arg-type]
+        inner = excinfo.getrepr(style="long", tbfilter=user_frames, truncate_locals=True)  # type: ignore[arg-type]
         return RewardRepr(
             f"{self.name}: {describe_exception(excinfo.value)}".splitlines()[0],
             [],
@@ -700,7 +530,7 @@ class FileItem(_FileRun, _RewardItem):
     """A reward function on a whole samples file, without a model (prompt-only samples are line errors)."""
 
 
-def _lazy_model(request: Any) -> None:
+def may_use_model(request: Any) -> None:
     """Stand-in test function of file items that may need the model: the ``inference_job`` fixture is asked
     for only when the stream meets a prompt-only sample (a file without any never loads the model)."""
 
@@ -715,19 +545,14 @@ class ModelFileItem(_FileRun, _ModelItem):
         return self.rs.rollout_settings(self.fn.gates.rollout_map)
 
 
-class RolloutSampleItem(_ModelItem):
+class RolloutSampleItem(_OneSample, _ModelItem):
     """A prompt-only sample: rolled out by the session's model (``n`` responses), each response scored."""
 
     def __init__(
         self, *, fn: RewardFn, invoker: Invoker, sample: Sample, group: dict[str, Any], **kwargs: Any
     ) -> None:
         super().__init__(**kwargs)
-        self.fn = fn
-        self.invoker = invoker
-        self.sample = sample
-        self.group = group
-        self.lineno = sample.line - 1
-        _apply_marks(self, fn)
+        self._setup(fn, invoker, sample, group)
 
     def runtest(self) -> None:
         __tracebackhide__ = True
@@ -744,29 +569,16 @@ class RolloutSampleItem(_ModelItem):
             responses = pool.responses(job, self.invoker.file_label, sample, settings)
         except (ValueError, RuntimeError) as exc:  # e.g. a prompt longer than the model's context
             outcome = self.invoker.outcome(sample, None, error=f"rollout failed: {exc}")
-            self._record(outcome, _rollout_delta(pool, before))
-            raise RewardFailure(
-                outcome.failures[0], describe_outcome(outcome, self.fn, self.config.get_verbosity())
-            ) from None
-        rolled = _rollout_delta(pool, before)
+            self._record(outcome, rollout_delta(pool, before))
+            self._fail(outcome)
+        rolled = rollout_delta(pool, before)
         outcome = score_responses(self.invoker, sample, responses, catch=False, start=start)
         self._record(outcome, rolled)
         if outcome.verdict == FAIL:
-            raise RewardFailure(
-                outcome.failures[0], describe_outcome(outcome, self.fn, self.config.get_verbosity())
-            )
-
-    def _record(self, outcome: SampleOutcome, rollouts: list[float] | None) -> None:
-        if outcome.score is not None:
-            self.user_properties.append(("reward.score", outcome.score))
-        self.user_properties.append(("reward.verdict", outcome.verdict))
-        data = {"groups": [self.group], "outcomes": [outcome.to_dict()], "verdict": outcome.verdict}
-        if rollouts:
-            data["rollouts"] = rollouts
-        self.set_reward_data(data)
+            self._fail(outcome)
 
 
-def _rollout_delta(pool: Any, before: tuple[int, float]) -> list[float] | None:
+def rollout_delta(pool: Any, before: tuple[int, float]) -> list[float] | None:
     """The model calls (and seconds) an item caused, for the session's count (summed over xdist workers)."""
     calls = pool.calls - before[0]
     return [calls, pool.seconds - before[1]] if calls else None
@@ -793,7 +605,6 @@ class EvaluationItem(_ModelItem):
 
     def runtest(self) -> None:
         __tracebackhide__ = True
-        from .jax.evaluation import EvaluationError
         from .models import EvaluateResult, MetricResult
         from .results import judge
 
@@ -858,58 +669,14 @@ class EvaluationItem(_ModelItem):
                 )
             )
         group = {"function": name, "file": self.file_label, "total": len(outcomes)}
-        self.set_reward_data(
-            {
-                "groups": [group],
-                "outcomes": [o.to_dict() for o in outcomes],
-                "gates": self.gates.to_dict(),
-                "verdict": FAIL if any(o.verdict == FAIL for o in outcomes) else "pass",
-            }
-        )
+        verdict = FAIL if any(o.verdict == FAIL for o in outcomes) else "pass"
+        self.set_reward_data(outcomes_data([group], outcomes, verdict, gates=self.gates.to_dict()))
         failing = [o for o in outcomes if o.verdict == FAIL]
         if failing:
             lines = [f"  {o.sample_id}: {o.failures[0] if o.failures else o.error}" for o in failing[:20]]
             if len(failing) > 20:
                 lines.append(f"  … and {len(failing) - 20} more")
             raise RewardFailure(f"{len(failing)} of {len(outcomes)} samples failed ({name})", lines)
-
-
-class EvaluationsModule(pytest.File):
-    """The module of ``Evaluation`` classes listed in ini ``reward_evaluations`` (imported by name, not collected
-    as a test module): it yields only the listed classes."""
-
-    def __init__(self, *, module: Any, classes: list[tuple[str, type]], **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.obj = module
-        self.classes = classes
-
-    def collect(self) -> Iterator[pytest.Item]:
-        for name, cls in self.classes:
-            yield evaluation_item(self, name, cls)
-
-
-def evaluation_item(collector: pytest.Collector, name: str, cls: type) -> EvaluationItem:
-    """The item of an ``Evaluation`` subclass found in a test module; its ``reward`` marks are its gates."""
-    from .discovery import _marks_of
-    from .thresholds import GateError, validate_marker
-
-    rs = collector.config.stash[session_key]
-    gates = rs.settings.defaults
-    where = f"@pytest.mark.reward on {rs.rel(collector.path)}::{name}"
-    for mark in _marks_of(getattr(collector, "obj", None)) + _marks_of(cls):
-        if mark.name == "reward":
-            try:
-                gates = gates.merged(validate_marker(tuple(mark.args), dict(mark.kwargs), where), "marker")
-            except GateError as exc:
-                raise collector.CollectError(str(exc)) from None
-    return EvaluationItem.from_parent(
-        collector,
-        name=name,
-        callobj=_needs_model,
-        evaluation=cls,
-        file_label=rs.rel(collector.path),
-        gates=gates,
-    )
 
 
 def _excerpt(value: Any, limit: int = 500) -> str | None:
@@ -921,11 +688,3 @@ def _excerpt(value: Any, limit: int = 500) -> str | None:
         except (TypeError, ValueError):
             value = repr(value)
     return value if len(value) <= limit else value[:limit] + "…"
-
-
-def below_status(report: pytest.TestReport) -> tuple[str, str, str] | None:
-    """The terminal status of a sample that missed its threshold but is tolerated by a pass-rate gate."""
-    data = getattr(report, "reward", None)
-    if report.when == "call" and report.passed and data and data.get("verdict") == BELOW:
-        return "below threshold", "b", "BELOW THRESHOLD"
-    return None

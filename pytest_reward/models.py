@@ -12,7 +12,6 @@ function may still return them; ``@reward_function`` converts them to ``Evaluate
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -197,7 +196,3 @@ class RewardOutput:
             metrics={k: MetricResult(score=m.score, reason=m.reason or "") for k, m in self.metrics.items()},
         )
 
-
-def is_finite_number(value: Any) -> bool:
-    """True for a real, finite number (bools excluded)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

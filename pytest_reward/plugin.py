@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from . import options
+from .errors import UsageError
 from .fixtures import inference_job  # noqa: F401  (a fixture: pytest finds it on the plugin module)
-from .session import REWARD_DATA, RewardSession, session_key
+from .session import MODEL_MISSING, REWARD_DATA, RewardSession, session_key
+
+if TYPE_CHECKING:
+    from .controller import RunController
 
 MARKER_DOC = (
     "reward(threshold=None, mean=None, pass_rate=None, quantile=None, confidence=None, metrics=None, "
@@ -24,10 +28,6 @@ MARKER_DOC = (
 
 def _state(config: pytest.Config) -> RewardSession | None:
     return config.stash.get(session_key, None)
-
-
-def _is_controller(config: pytest.Config) -> bool:
-    return not hasattr(config, "workerinput")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -53,26 +53,30 @@ def pytest_configure(config: pytest.Config) -> None:
     rs = RewardSession(config, settings)
     rs.note_explicit(list(config.args))
     config.stash[session_key] = rs
-    config.pluginmanager.register(RewardHooks(rs), "pytest-reward-session")
-    if config.pluginmanager.hasplugin("xdist"):
-        config.pluginmanager.register(XdistHooks(rs), "pytest-reward-xdist")
     rs.setup_parts_dir()
     if rs.is_worker:
         # One model per worker: JAX must not grab most of an accelerator's memory in each of them.
         import os
 
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    else:
-        # Bad baselines and compare rules are usage errors, before anything runs.
+        config.pluginmanager.register(RewardHooks(rs, None), "pytest-reward-session")
+        return
+    from .controller import RunController
+
+    controller = RunController(settings, rs.gates_of)
+    try:
+        # Bad baselines, compare rules and deploy targets are usage errors, before anything runs.
         if settings.compare_fail or settings.compare:
-            from .baseline import parse_rules
-
-            parse_rules(settings.compare_fail)
-            rs.load_baseline()
+            controller.load_baseline()
         if settings.deploy:
-            from .deploy.flow import targets_for
+            from .deploy.flow import DeployPlugin
 
-            rs.targets = targets_for(config)
+            config.pluginmanager.register(DeployPlugin(config, settings), DeployPlugin.NAME)
+    except UsageError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.pluginmanager.register(RewardHooks(rs, controller), "pytest-reward-session")
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(XdistHooks(rs), "pytest-reward-xdist")
     # Named samples files become collection arguments (pytest de-duplicates overlaps).
     for path in settings.samples:
         if str(path) not in config.args:
@@ -119,11 +123,13 @@ def pytest_collection_modifyitems(
     rs = _state(config)
     if rs is None:
         return
-    items.extend(rs.listed_evaluations(session, {item.nodeid for item in items}))
+    if rs.settings.evaluations:
+        from .collect import listed_evaluations
+
+        items.extend(listed_evaluations(rs, session, {item.nodeid for item in items}))
     if rs.settings.model or not items:
         return
     from .fixtures import overrides_inference_job
-    from .session import MODEL_MISSING
 
     for item in items:
         if "inference_job" in getattr(item, "fixturenames", ()) and not overrides_inference_job(
@@ -145,7 +151,7 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
     collect, _, _ = rs.wants_file(file_path)
     if not collect:
         return None
-    from .items import SamplesFile
+    from .collect import SamplesFile
 
     return SamplesFile.from_parent(parent, path=file_path)
 
@@ -154,9 +160,10 @@ def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: objec
     """Reward functions are scored on samples; pytest must not collect them as plain tests. ``Evaluation``
     subclasses defined in a collected module become evaluation items."""
     if isinstance(obj, type):
-        evaluation = sys.modules.get("pytest_reward.jax.evaluation")
+        # Only when the user's module imported the evaluation API (a cheap check; no import here).
+        evaluation = sys.modules.get("pytest_reward.evaluation.base")
         if evaluation is not None and _is_evaluation_class(obj, evaluation, collector):
-            from .items import evaluation_item
+            from .collect import evaluation_item
 
             return [evaluation_item(collector, name, obj)]
         return None
@@ -190,59 +197,66 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> tuple[str, str, str] | None:
     if getattr(report, "reward", None) is None:
         return None
-    from .items import below_status
+    from .failure import below_status
 
     return below_status(report)
 
 
 class RewardHooks:
-    """Hooks that need the session state but are not handed a config (registered per session)."""
+    """Hooks that need the session state but are not handed a config (registered per session). ``controller`` is
+    None on xdist workers: they only run items and report."""
 
-    def __init__(self, rs: RewardSession) -> None:
+    def __init__(self, rs: RewardSession, controller: RunController | None) -> None:
         self.rs = rs
+        self.controller = controller
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.when == "call" and not self.rs.is_worker and getattr(report, "reward", None) is not None:
-            self.rs.add_report(report)
+        data = getattr(report, "reward", None)
+        if report.when == "call" and data is not None and self.controller is not None:
+            self.controller.add(data)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Any:
         # Aggregate gates are judged once, here, on the controller (pytest-cov's --cov-fail-under pattern).
         result = yield
-        rs = self.rs
-        if rs.is_worker or session.config.option.collectonly or not rs.has_results:
+        controller = self.controller
+        if controller is None or session.config.option.collectonly or not controller.has_results:
             return result
-        failed = sum(len(r.failed_gates) for r in rs.finish())
-        failed += len(rs.compare())
-        failed += len(rs.write_outputs())
+        run = controller.conclude(self._meta(), self._functions())
+        failed = len(run.failed_gates) + len(run.compare_failures) + len(controller.write().errors)
         if failed:
             session.testsfailed += failed
         return result
 
+    def _meta(self) -> dict[str, Any]:
+        from .meta import run_meta
+
+        config = self.rs.config
+        return run_meta(config.rootpath, list(config.invocation_params.args), self.rs.settings.seed)
+
+    def _functions(self) -> list[Any]:
+        return self.rs.registry.usable() if self.rs.registry is not None else []
+
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-        rs = self.rs
-        if rs.is_worker:
+        controller = self.controller
+        if controller is None or controller.result is None or not controller.result.groups:
             return
-        if rs.reports:
-            from .report.terminal import write_summary
+        from .report.terminal import write_summary
 
-            write_summary(terminalreporter, rs)
-        outcome = rs.deploy_outcome
-        if outcome is not None:
-            from .report.terminal import write_deploy
-
-            write_deploy(terminalreporter, outcome)
+        write_summary(
+            terminalreporter, controller.result, controller.written, dist=config.getoption("dist", "no")
+        )
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        # Deploy last, on the controller, reading session.exitstatus (earlier hooks may have changed it).
-        rs = self.rs
-        if rs.settings.deploy and not rs.is_worker and not session.config.option.collectonly:
-            from .deploy.flow import run_deploy
-
-            rs.deploy_outcome = run_deploy(session, rs)
-            if rs.deploy_outcome.failed and session.exitstatus == 0:
-                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        controller = self.controller
+        if (
+            controller is not None
+            and (self.rs.collecting or self.rs.settings.deploy)
+            and not session.config.option.collectonly
+        ):
+            result = controller.result or controller.empty_result(self._meta(), self._functions())
+            session.config.hook.pytest_reward_run_finished(result=result, session=session)
         call = sys.modules.get("pytest_reward.call")
         if call is not None:
             call.close_loop()
@@ -263,7 +277,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     rs = _state(config)
     if rs is not None:
         rs.cleanup()
-    for name in ("pytest-reward-session", "pytest-reward-xdist"):
+    for name in ("pytest-reward-session", "pytest-reward-xdist", "pytest-reward-deploy"):
         plugin = config.pluginmanager.get_plugin(name)
         if plugin is not None:
             config.pluginmanager.unregister(plugin)

@@ -31,6 +31,7 @@ __all__ = [
     "evaluate_gates",
     "float_json",
     "judge",
+    "outcome_fields",
     "row_json",
 ]
 
@@ -69,14 +70,6 @@ class SampleOutcome:
     def errored(self) -> bool:
         return self.score is None
 
-    def to_dict(self) -> dict[str, Any]:
-        # Shallow (dataclasses.asdict deep-copies): the nested values are never mutated after judging.
-        return {name: getattr(self, name) for name in _OUTCOME_FIELDS}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SampleOutcome:
-        return cls(**data)
-
     def row(self, *, text: bool = True) -> dict[str, Any]:
         """One line of ``results.jsonl`` (``text=False``: without the conversation excerpts, which the report
         pages show for the samples they list but results.jsonl, one line per sample, leaves to the samples file)."""
@@ -109,7 +102,9 @@ class SampleOutcome:
         return row
 
 
-_OUTCOME_FIELDS = tuple(f.name for f in fields(SampleOutcome) if f.name != "sample")
+def outcome_fields() -> tuple[str, ...]:
+    """The fields of a ``SampleOutcome`` that leave the process (all but the transient ``sample``)."""
+    return tuple(f.name for f in fields(SampleOutcome) if f.name != "sample")
 
 _ROW_GENERIC = json.JSONEncoder(ensure_ascii=False).encode
 _json_str = json.encoder.encode_basestring  # type: ignore[attr-defined]

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .errors import SampleFormatError
+
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
     "Expect",
@@ -157,10 +159,6 @@ class SampleError:
     @property
     def label(self) -> str:
         return f"line-{self.line}"
-
-
-class SampleFormatError(ValueError):
-    """Raised by ``parse_record`` with a message naming the offending field."""
 
 
 def _safe_label(value: str) -> str:

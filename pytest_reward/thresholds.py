@@ -22,6 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .errors import GateError
+
 __all__ = [
     "GATE_KEYS",
     "MARKER_KEYS",
@@ -36,10 +38,6 @@ GATE_KEYS = ("threshold", "mean", "max_mean", "pass_rate", "quantile", "confiden
 MARKER_KEYS = (*GATE_KEYS, "metrics", "samples", "rollout")
 METRIC_KEYS = ("threshold", "mean", "pass_rate", "quantile")
 ROLLOUT_KEYS = ("n", "temperature", "top_p", "top_k", "max_new_tokens", "seed", "stop")
-
-
-class GateError(ValueError):
-    """An invalid reward setting; the message names its source."""
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import textwrap
 from pathlib import Path
@@ -60,15 +61,31 @@ class Project:
     def run_subprocess(self, *args: str) -> pytest.RunResult:
         return self.pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
 
+    def result(self, *args: str) -> Any:
+        """Run in-process and return the ``RunResult`` the plugin hands to ``pytest_reward_run_finished`` (None
+        when the hook was not called)."""
+        seen: list[Any] = []
+
+        class Recorder:
+            def pytest_reward_run_finished(self, result: Any, session: pytest.Session) -> None:
+                seen.append(result)
+
+        self.pytester.inline_run(*IN_PROCESS, *args, plugins=[Recorder()])
+        assert len(seen) <= 1, "pytest_reward_run_finished was called more than once"
+        return seen[0] if seen else None
+
     def outcomes(self, *args: str) -> list[dict[str, Any]]:
-        """Run in-process and return every per-sample outcome the plugin reported."""
-        rec = self.pytester.inline_run(*IN_PROCESS, *args)
-        out = []
-        for report in rec.getreports("pytest_runtest_logreport"):
-            data = getattr(report, "reward", None)
-            if report.when == "call" and data:
-                out.extend(data.get("outcomes", []))
-        return out
+        """Run in-process and return every per-sample outcome of the run's result (groups whose every outcome
+        the result keeps: sample items; file items keep only the samples that reports show), as dicts."""
+        result = self.result(*args)
+        if result is None:
+            return []
+        return [
+            {f.name: getattr(o, f.name) for f in dataclasses.fields(o) if f.name != "sample"}
+            for group in result.groups
+            if group.complete_outcomes
+            for o in group.outcomes
+        ]
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from pytest_reward.baseline import Storage, _sample_json, compare_runs, dumps_run, evaluate_rules, parse_rules
 from pytest_reward.cli import main as cli_main
+from pytest_reward.errors import BaselineError
 
 from .conftest import msgs
 
@@ -259,7 +260,7 @@ def test_storage_numbering_and_resolution(tmp_path):
     assert storage.resolve("latest") == p3 and storage.resolve("main") == p3 and storage.resolve("2") == p2
     assert storage.resolve(str(p1)) == p1
     assert storage.load(p2)["groups"][0]["samples"]["a"]["score"] == 0.6
-    with pytest.raises(pytest.UsageError, match="use letters"):
+    with pytest.raises(BaselineError, match="use letters"):
         storage.save(record({"a": 0.5}), "../escape")
 
 

@@ -40,18 +40,23 @@ def test_file_granularity_one_item_per_function_listing_failures(project):
     collected.stdout.fnmatch_lines(["s.jsonl::length"])
 
 
-def test_file_granularity_scores_in_segments_keeping_file_order(project, monkeypatch):
-    from pytest_reward.items import FileItem
-
-    monkeypatch.setattr(FileItem, "SEGMENT", 3)  # in-process run: segments of 3 samples
+def test_file_granularity_scores_in_segments_keeping_file_order(project):
+    # More samples than one scoring segment (4096), with bad lines on both sides of the segment boundary: every
+    # row is still in file order, and each bad line is a row of its own.
     project.file("rewards.py", LENGTH)
-    rows = [{"id": f"s{i}", "messages": msgs("q", "x" * i)} for i in range(10)]
-    project.jsonl("s.jsonl", [*rows[:4], "not json", *rows[4:], {"id": "s2", "messages": msgs("q", "dup")}])
+    n = 4200
+    rows: list = [{"id": f"s{i}", "messages": msgs("q", "x" * (i % 11))} for i in range(n)]
+    rows[4094] = "not json"
+    rows[4100] = "not json either"
+    rows.append({"id": "s2", "messages": msgs("q", "dup")})
+    project.jsonl("s.jsonl", rows)
     project.run("--reward-samples", "s.jsonl", "--reward-granularity", "file", "--reward-report", "out")
     out = [json.loads(line) for line in (project.path / "out" / "results.jsonl").read_text().splitlines()]
-    assert [r["line"] for r in out] == list(range(1, 13))
-    assert [r["score"] for r in out if r["error"] is None] == [min(1.0, i / 10) for i in range(10)]
-    assert out[4]["error"].startswith("invalid JSON") and out[11]["error"].startswith("duplicate id 's2'")
+    assert [r["line"] for r in out] == list(range(1, n + 2))
+    good = [i for i in range(n) if i not in (4094, 4100)]
+    assert [r["score"] for r in out if r["error"] is None] == [min(1.0, (i % 11) / 10) for i in good]
+    assert out[4094]["error"].startswith("invalid JSON") and out[4100]["error"].startswith("invalid JSON")
+    assert out[n]["error"].startswith("duplicate id 's2'")
 
 
 def test_auto_granularity_switches_above_the_cap(project):
@@ -143,22 +148,13 @@ def test_workers_overlap_calls_in_file_granularity(project, kind):
     project.file("rewards.py", source)
     project.jsonl("s.jsonl", [{"id": f"s{i}", "messages": msgs("q", "a")} for i in range(40)])
     outcomes_1 = project.outcomes("--reward-samples", "s.jsonl", "--reward-granularity", "file")
-    rec = project.pytester.inline_run(
-        "-p",
-        "no:cacheprovider",
-        "--reward-samples",
-        "s.jsonl",
-        "--reward-granularity",
-        "file",
-        "--reward-workers",
-        "8",
+    result = project.result(
+        "--reward-samples", "s.jsonl", "--reward-granularity", "file", "--reward-workers", "8"
     )
-    (report,) = [r for r in rec.getreports("pytest_runtest_logreport") if r.when == "call"]
-    assert report.passed
-    summary = report.reward["summary"]
-    assert summary["n"] == 40 and summary["n_pass"] == 40
-    worst = report.reward["worst"]
-    peaks = [int(o["reason"].split()[-1]) for o in worst]
+    (group,) = result.groups
+    assert group.verdict == "PASS"
+    assert group.summary.n == 40 and group.summary.n_pass == 40
+    peaks = [int(o.reason.split()[-1]) for o in group.worst()]
     assert max(peaks) > 1  # calls overlapped
     assert outcomes_1 == []  # file items report a summary, not per-sample outcomes
 

@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from ..errors import RewardDeployError
+
 __all__ = ["RewardDeployError", "deploy_function"]
-
-
-class RewardDeployError(RuntimeError):
-    """The function was not deployed: failing samples or gates, a refused or failed deploy."""
 
 
 class _Recorder:
@@ -36,18 +36,12 @@ class _Recorder:
     def pytest_reward_deployed(self, receipt: Any, bundle: Any, config: Any) -> None:
         self.receipt = receipt
 
-    def pytest_unconfigure(self, config: Any) -> None:
-        from ..session import session_key
-
-        rs = config.stash.get(session_key, None)
-        if rs is not None:
-            self.outcome = rs.deploy_outcome
-            self.gate_failures = [
-                f"{r.function} on {r.file}: {g.describe()}"
-                for r in (rs.reports or [])
-                for g in r.failed_gates
-            ]
-            self.gate_failures += list(rs.compare_failures)
+    @pytest.hookimpl(trylast=True)  # after the deploy step (pytest_reward.deploy.flow.DeployPlugin)
+    def pytest_reward_run_finished(self, result: Any, session: Any) -> None:
+        self.gate_failures = [f"{r.function} on {r.file}: {g.describe()}" for r, g in result.failed_gates]
+        self.gate_failures += list(result.compare_failures)
+        deploy = session.config.pluginmanager.get_plugin("pytest-reward-deploy")
+        self.outcome = getattr(deploy, "outcome", None)
 
 
 def _locate(fn: Any) -> tuple[Path, str]:
@@ -80,8 +74,6 @@ def deploy_function(
     ``name`` becomes the bundle's package name. ``description``, ``force`` and reward-kit's ``providers`` are
     accepted for compatibility (a bundle always replaces an older one with different content).
     """
-    import pytest
-
     path, attr = _locate(fn)
     if isinstance(samples, (str, Path)):
         samples = [samples]

@@ -1,6 +1,7 @@
 """``pytest --reward-deploy``: decide whether the session earned a deploy, build the bundle, ship it.
 
-Runs once, on the controller, at the very end of the session. It deploys only when the session is green
+Runs once, on the controller, at the very end of the session, from the ``pytest_reward_run_finished`` hook: all it
+reads of the run is the frozen ``RunResult``, and the pytest session's status. It deploys only when the session is green
 (``session.exitstatus == 0``) and complete; a partial run (``-k``, ``-m``, ``--lf``, ``--deselect``, ``--sw``,
 a ``-x``/``--maxfail`` stop, a samples file only partly run) is refused with one line unless
 ``--reward-deploy-partial``. Only the reward functions that ran, and passed, are shipped.
@@ -18,11 +19,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from ..session import RewardSession
+    from ..options import Settings
+    from ..run import RunResult
     from .bundle import BuiltBundle
     from .targets import Receipt, TargetRegistry
 
-__all__ = ["DeployOutcome", "partial_reasons", "run_deploy"]
+__all__ = ["DeployOutcome", "DeployPlugin", "partial_reasons", "run_deploy"]
 
 
 @dataclass
@@ -40,7 +42,7 @@ class DeployOutcome:
         return self.status in ("failed", "refused")
 
 
-def partial_reasons(session: pytest.Session, rs: RewardSession) -> list[str]:
+def partial_reasons(session: pytest.Session, result: RunResult) -> list[str]:
     opt = session.config.option
     reasons = []
     if getattr(opt, "keyword", ""):
@@ -55,7 +57,7 @@ def partial_reasons(session: pytest.Session, rs: RewardSession) -> list[str]:
         reasons.append("--sw")
     if session.shouldstop or session.shouldfail:
         reasons.append("the run stopped early (-x / --maxfail)")
-    incomplete = [f"{r.function} on {r.file}" for r in rs.finish() if not r.summary.complete]
+    incomplete = [f"{r.function} on {r.file}" for r in result.groups if not r.summary.complete]
     if incomplete:
         reasons.append("only part of the samples ran for " + ", ".join(incomplete[:3]))
     return reasons
@@ -69,13 +71,14 @@ def targets_for(config: pytest.Config) -> TargetRegistry:
     return registry
 
 
-def _evidence(rs: RewardSession) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[str]], list[str]]:
+def _evidence(
+    result: RunResult, root: Path
+) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[str]], list[str]]:
     evidence: dict[str, list[dict[str, Any]]] = {}
     metrics: dict[str, set[str]] = {}
     passed: list[str] = []
     failed: set[str] = set()
-    root = rs.config.rootpath
-    for report in rs.finish():
+    for report in result.groups:
         s = report.summary
         path = root / report.file
         sha = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
@@ -105,20 +108,20 @@ def _evidence(rs: RewardSession) -> tuple[dict[str, list[dict[str, Any]]], dict[
     return evidence, {k: sorted(v) for k, v in metrics.items()}, [f for f in passed if f not in failed]
 
 
-def run_deploy(session: pytest.Session, rs: RewardSession) -> DeployOutcome:
+def run_deploy(session: pytest.Session, result: RunResult) -> DeployOutcome:
     """Everything ``--reward-deploy`` does at the end of a session."""
     from .. import __version__
     from .bundle import BundleSpec, build_bundle, bundle_name_for
     from .targets import DeployError
 
     config = session.config
-    settings = rs.settings
+    settings = result.settings
     target = settings.deploy_target or "dir:.reward/deploy"
     if session.exitstatus != 0:
         return DeployOutcome(
             "refused", f"not deploying: the session is not green (exit status {int(session.exitstatus)})"
         )
-    reasons = partial_reasons(session, rs)
+    reasons = partial_reasons(session, result)
     if reasons and not settings.deploy_partial:
         return DeployOutcome(
             "refused",
@@ -126,11 +129,11 @@ def run_deploy(session: pytest.Session, rs: RewardSession) -> DeployOutcome:
             + "; ".join(reasons)
             + "); pass --reward-deploy-partial to deploy anyway",
         )
-    evidence, metrics, passed = _evidence(rs)
-    functions = [fn for fn in (rs.registry.usable() if rs.registry else []) if fn.name in passed]
+    evidence, metrics, passed = _evidence(result, config.rootpath)
+    functions = [fn for fn in result.functions if fn.name in passed]
     if not functions:
         return DeployOutcome("refused", "not deploying: no reward function ran")
-    meta = rs.meta()
+    meta = result.meta
     spec = BundleSpec(
         name=bundle_name_for(config.rootpath, settings.bundle_name),
         functions=functions,
@@ -185,11 +188,35 @@ def run_deploy(session: pytest.Session, rs: RewardSession) -> DeployOutcome:
         shutil.rmtree(staging, ignore_errors=True)
 
 
+_TARGETS = pytest.StashKey["TargetRegistry"]()
+
+
 def default_deploy(bundle: BuiltBundle, target: str, config: pytest.Config) -> Receipt:
     """The built-in ``pytest_reward_deploy``: resolve the target by scheme and deploy."""
-    from ..session import session_key
+    targets = config.stash.get(_TARGETS, None)
+    if targets is None:
+        targets = config.stash[_TARGETS] = targets_for(config)
+    return targets.resolve(target, config).deploy(bundle)
 
-    rs = config.stash[session_key]
-    if rs.targets is None:
-        rs.targets = targets_for(config)
-    return rs.targets.resolve(target, config).deploy(bundle)
+
+class DeployPlugin:
+    """``--reward-deploy``: registered on the controller when deploying was asked for."""
+
+    NAME = "pytest-reward-deploy"
+
+    def __init__(self, config: pytest.Config, settings: Settings) -> None:
+        # The targets are resolved now: an unknown scheme is a usage error before anything runs.
+        config.stash[_TARGETS] = targets_for(config)
+        self.outcome: DeployOutcome | None = None
+
+    def pytest_reward_run_finished(self, result: RunResult, session: pytest.Session) -> None:
+        self.outcome = run_deploy(session, result)
+        if self.outcome.failed and session.exitstatus == 0:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.outcome is not None:
+            from ..report.terminal import write_deploy
+
+            write_deploy(terminalreporter, self.outcome)

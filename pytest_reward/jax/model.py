@@ -260,7 +260,3 @@ def decode_step(
         new_cache.append((ck, cv))
     return unembed(params, cfg, x.reshape(B, -1)), tuple(new_cache)
 
-
-def param_count(params: Params) -> int:
-    """Number of scalars in a parameter tree."""
-    return int(sum(np.prod(x.shape) for x in jax.tree_util.tree_leaves(params)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..session import RewardSession
+    from ..run import RunResult
 
 __all__ = ["FORMAT", "report_data"]
 
@@ -14,18 +14,11 @@ VERSION = 1
 SAMPLES_SHOWN = 20
 
 
-def overall_verdict(rs: RewardSession) -> str:
-    reports = rs.finish()
-    if rs.compare_failures or any(r.verdict == "FAIL" for r in reports):
-        return "FAIL"
-    return "PASS"
-
-
-def report_data(rs: RewardSession) -> dict[str, Any]:
+def report_data(result: RunResult) -> dict[str, Any]:
     """Plain, JSON-serialisable data of the whole run (see ``pytest_reward/report/html.py`` for its shape)."""
-    settings = rs.settings
+    settings = result.settings
     groups = []
-    for report in rs.finish():
+    for report in result.groups:
         groups.append(
             {
                 "function": report.function,
@@ -44,8 +37,8 @@ def report_data(rs: RewardSession) -> dict[str, Any]:
             }
         )
     comparison = None
-    if rs.baseline is not None:
-        path, base = rs.baseline
+    if result.baseline is not None:
+        path, base = result.baseline, result.baseline_meta
         comparison = {
             "baseline": {
                 "name": base.get("name", path.stem),
@@ -55,9 +48,9 @@ def report_data(rs: RewardSession) -> dict[str, Any]:
             },
             "rules": list(settings.compare_fail),
             "strict": settings.compare_strict,
-            "failures": list(rs.compare_failures),
+            "failures": list(result.compare_failures),
         }
     data: dict[str, Any] = {"format": FORMAT, "version": VERSION}
-    data.update(rs.meta())
-    data.update({"verdict": overall_verdict(rs), "groups": groups, "comparison": comparison})
+    data.update(result.meta)
+    data.update({"verdict": result.verdict, "groups": groups, "comparison": comparison})
     return data

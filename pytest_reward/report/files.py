@@ -10,19 +10,19 @@ from ..atomic import atomic_open, atomic_write_text
 from .data import report_data
 
 if TYPE_CHECKING:
-    from ..session import RewardSession
+    from ..run import RunResult
 
 __all__ = ["write_report_dir"]
 
 
-def write_report_dir(rs: RewardSession, directory: Path) -> list[Path]:
+def write_report_dir(result: RunResult, directory: Path) -> list[Path]:
     """Write the three report files into ``directory``; returns their paths."""
     directory.mkdir(parents=True, exist_ok=True)
     results = directory / "results.jsonl"
     with atomic_open(results, "w") as fh:
-        for report in rs.finish():
+        for report in result.groups:
             report.write_rows(fh)
-    data = report_data(rs)
+    data = report_data(result)
     summary = directory / "summary.json"
     atomic_write_text(summary, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
     html_path = directory / "report.html"

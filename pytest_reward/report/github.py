@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..session import RewardSession
+    from ..run import RunResult
 
 __all__ = ["append_step_summary", "markdown_summary"]
 
@@ -19,8 +19,8 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def markdown_summary(rs: RewardSession) -> str:
-    reports = rs.finish()
+def markdown_summary(result: RunResult) -> str:
+    reports = result.groups
     lines = [
         "### pytest-reward",
         "",
@@ -36,17 +36,17 @@ def markdown_summary(rs: RewardSession) -> str:
             f"| `{_cell(r.function)}` | `{_cell(r.file)}` | {s.n} | {s.n_errors} | {_f(s.mean)} | {ci} | {rate} | {badge} |"
         )
     failures = [f"{r.function} on {r.file}: {g.describe()}" for r in reports for g in r.failed_gates]
-    failures += rs.compare_failures
+    failures += result.compare_failures
     if failures:
         lines += ["", "**Failed gates**", ""]
         lines += [f"- {_cell(f)}" for f in failures]
-    if rs.comparisons:
-        lines += ["", f"Compared with stored run `{rs.comparisons[0].baseline}`:", ""]
+    if result.comparisons:
+        lines += ["", f"Compared with stored run `{result.comparisons[0].baseline}`:", ""]
         lines += [
             "| function | samples | paired | mean before → after | Δ mean (95% CI) |",
             "| --- | --- | ---: | --- | --- |",
         ]
-        for c in rs.comparisons:
+        for c in result.comparisons:
             if c.mean_delta is None:
                 lines.append(f"| `{_cell(c.function)}` | `{_cell(c.file)}` | {c.n_paired} | {c.status} | |")
                 continue
@@ -58,7 +58,7 @@ def markdown_summary(rs: RewardSession) -> str:
     return "\n".join(lines) + "\n"
 
 
-def append_step_summary(rs: RewardSession, path: Path) -> None:
+def append_step_summary(result: RunResult, path: Path) -> None:
     """Append (never truncate: other steps and tools write to the same file)."""
     with open(path, "a", encoding="utf-8") as fh:
-        fh.write(markdown_summary(rs) + "\n")
+        fh.write(markdown_summary(result) + "\n")

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import io
 import shutil
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..session import GroupReport, RewardSession
+    from ..outputs import Written
+    from ..run import GroupResult, RunResult
 
 __all__ = ["render_table", "write_summary"]
 
@@ -26,7 +28,7 @@ def _fmt(value: float | None, digits: int = 3) -> str:
     return f"{value:.{digits}f}"
 
 
-def _ci(report: GroupReport) -> str:
+def _ci(report: GroupResult) -> str:
     ci = report.summary.mean_ci
     if ci is None:
         return "–"
@@ -37,7 +39,7 @@ def _verdict_style(verdict: str) -> str:
     return {"PASS": "bold green", "FAIL": "bold red"}.get(verdict, "yellow")
 
 
-def render_table(reports: list[GroupReport], *, markup: bool, width: int) -> str:
+def render_table(reports: Sequence[GroupResult], *, markup: bool, width: int) -> str:
     """The per-function table as text (with ANSI styles when ``markup``)."""
     from rich import box
     from rich.table import Table
@@ -72,7 +74,7 @@ def render_table(reports: list[GroupReport], *, markup: bool, width: int) -> str
     return console.file.getvalue()  # type: ignore[attr-defined]
 
 
-def _narrow_line(r: GroupReport, markup: bool) -> str:
+def _narrow_line(r: GroupResult, markup: bool) -> str:
     s = r.summary
     n = f"{s.n}" + (f" ({s.n_errors} err)" if s.n_errors else "")
     rate = "–" if s.pass_rate is None else f"{s.pass_rate:.1%}"
@@ -90,10 +92,11 @@ def _terminal_width() -> int:
     return max(60, shutil.get_terminal_size((120, 24)).columns)
 
 
-def write_summary(tr: Any, rs: RewardSession) -> None:
-    """Write the reward section of the terminal summary."""
-    reports = rs.reports or []
-    verbosity = rs.config.get_verbosity()
+def write_summary(tr: Any, result: RunResult, written: Written, *, dist: str = "no") -> None:
+    """Write the reward section of the terminal summary (``dist``: pytest-xdist's ``--dist`` mode)."""
+    reports = result.groups
+    settings = result.settings
+    verbosity = tr.config.get_verbosity()
     markup = bool(getattr(tr, "hasmarkup", False))
     failed = [(r, g) for r in reports for g in r.failed_gates]
     unevaluated = [(r, g) for r in reports for g in r.gates if not g.evaluated]
@@ -122,26 +125,26 @@ def write_summary(tr: Any, rs: RewardSession) -> None:
                     f"{r.function} on {r.file}: {n} responses per prompt: pass@1 {ro.get('pass@1', 0):.3f}, "
                     f"pass@{n} {ro.get(f'pass@{n}', 0):.3f}, best-of-{n} mean {ro.get('best_of_n', 0):.3f}"
                 )
-        if rs.rollout_calls:
+        if result.rollout_calls:
             tr.write_line(
-                f"reward: rollouts: {rs.rollout_calls} call(s) to the model, {rs.rollout_seconds:.1f}s"
+                f"reward: rollouts: {result.rollout_calls} call(s) to the model, {result.rollout_seconds:.1f}s"
             )
-            if rs.config.getoption("dist", "no") == "load":
+            if dist == "load":
                 tr.write_line(
                     "reward: with --dist load, workers roll out the chunks their own items need (a chunk may be "
                     "rolled out by several); --dist loadfile keeps each samples file on one worker"
                 )
-    if rs.comparisons and verbosity >= -1:
+    if result.comparisons and verbosity >= -1:
         tr.write(
             render_comparison(
-                rs.comparisons, rs.comparisons[0].baseline, markup=markup, width=_terminal_width()
+                result.comparisons, result.comparisons[0].baseline, markup=markup, width=_terminal_width()
             )
         )
     for r, g in failed:
         tr.write_line(f"FAIL {r.function} on {r.file}: {g.describe()}", red=True, bold=True)
-    for line in rs.compare_failures:
+    for line in result.compare_failures:
         tr.write_line(f"FAIL {line}", red=True, bold=True)
-    for line in rs.output_errors:
+    for line in written.errors:
         tr.write_line(f"ERROR {line}", red=True, bold=True)
     if verbosity >= -1:
         for r, g in unevaluated:
@@ -152,19 +155,17 @@ def write_summary(tr: Any, rs: RewardSession) -> None:
                 more = f" and {r.summary.n_flaky - 5} more" if r.summary.n_flaky > 5 else ""
                 tr.write_line(
                     f"FLAKY {r.function} on {r.file}: {r.summary.n_flaky} samples vary across runs by more than "
-                    f"sd {rs.settings.flaky_spread:g}: {names}{more}",
+                    f"sd {settings.flaky_spread:g}: {names}{more}",
                     yellow=True,
                 )
-    if rs.settings.preview and verbosity >= -1:
+    if settings.preview and verbosity >= -1:
         tr.write_sep("-", "reward preview")
         tr.write(
-            render_preview(
-                reports, rs.settings.preview, rs.settings.seed, markup=markup, width=_terminal_width()
-            )
+            render_preview(reports, settings.preview, settings.seed, markup=markup, width=_terminal_width())
         )
-    if rs.saved_path is not None:
-        tr.write_line(f"reward: stored this run as {rs.saved_path}")
-    for path in rs.report_paths:
+    if written.saved_path is not None:
+        tr.write_line(f"reward: stored this run as {written.saved_path}")
+    for path in written.report_paths:
         tr.write_line(f"reward: wrote {path}")
 
 
@@ -189,7 +190,7 @@ def _clip(text: str | None, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def render_preview(reports: list[GroupReport], n: int, seed: int, *, markup: bool, width: int) -> str:
+def render_preview(reports: Sequence[GroupResult], n: int, seed: int, *, markup: bool, width: int) -> str:
     """``--reward-preview``: a few samples per function with their conversations, scores and reasons."""
     from rich import box
     from rich.table import Table

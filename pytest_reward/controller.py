@@ -1,0 +1,108 @@
+"""What the controller does with a reward run (once, on the controller; xdist workers only report): fold the items'
+reports, judge the gates and the comparison with the stored baseline after the run loop, freeze the
+:class:`~pytest_reward.run.RunResult`, and write the result files."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .aggregate import Aggregator
+from .baseline import run_record
+from .outputs import Written, write_outputs
+from .run import RunResult
+
+if TYPE_CHECKING:
+    from .discovery import RewardFn
+    from .options import Settings
+    from .thresholds import Gates
+
+__all__ = ["RunController"]
+
+
+class RunController:
+    """The end of a run: :meth:`add` every report, then :meth:`conclude` once, then :meth:`write`."""
+
+    def __init__(self, settings: Settings, gates_of: Callable[[str], Gates | None]) -> None:
+        self.settings = settings
+        self.aggregator = Aggregator(
+            gates_of, seed=settings.seed, n_resamples=settings.n_resamples, flaky_spread=settings.flaky_spread
+        )
+        self.baseline: tuple[Path, dict[str, Any]] | None = None
+        self.result: RunResult | None = None
+        self.written = Written()
+
+    def load_baseline(self) -> None:
+        """Resolve and read ``--reward-compare`` and check the rules (early: a bad one is a usage error)."""
+        from .baseline import Storage, parse_rules
+
+        settings = self.settings
+        parse_rules(settings.compare_fail)
+        if settings.compare:
+            storage = Storage(settings.storage)
+            path = storage.resolve(settings.compare)
+            self.baseline = (path, storage.load(path))
+
+    def add(self, data: dict[str, Any]) -> None:
+        self.aggregator.add(data)
+
+    @property
+    def has_results(self) -> bool:
+        return self.aggregator.has_results
+
+    def conclude(self, meta: dict[str, Any], functions: Sequence[RewardFn]) -> RunResult:
+        """Judge every group and compare with the baseline; the result is final."""
+        settings = self.settings
+        groups = self.aggregator.groups()
+        record = run_record(groups, meta) if settings.needs_record else {}
+        result = RunResult(
+            settings=settings,
+            groups=groups,
+            meta=meta,
+            functions=tuple(functions),
+            rollout_calls=self.aggregator.rollout_calls,
+            rollout_seconds=self.aggregator.rollout_seconds,
+            record=record,
+        )
+        if self.baseline is not None:
+            result = self._compared(result)
+        self.result = result
+        return result
+
+    def _compared(self, result: RunResult) -> RunResult:
+        from .baseline import compare_runs, evaluate_rules, parse_rules
+
+        assert self.baseline is not None
+        path, base = self.baseline
+        settings = self.settings
+        comparisons = compare_runs(
+            dict(result.record),
+            base,
+            seed=settings.seed,
+            n_resamples=settings.n_resamples,
+            strict_confidence=settings.compare_confidence,
+        )
+        by_key = {(c.function, c.file): c for c in comparisons}
+        failures = evaluate_rules(
+            comparisons, parse_rules(settings.compare_fail), strict=settings.compare_strict
+        )
+        return replace(
+            result,
+            groups=tuple(replace(g, comparison=by_key.get((g.function, g.file))) for g in result.groups),
+            comparisons=tuple(comparisons),
+            compare_failures=tuple(failures),
+            baseline=path,
+            baseline_meta={k: base.get(k) for k in ("name", "generated_at", "commit") if k in base},
+        )
+
+    def write(self) -> Written:
+        """Write the stored run and the result files (errors are returned as lines, never raised)."""
+        assert self.result is not None
+        self.written = write_outputs(self.result)
+        return self.written
+
+    def empty_result(self, meta: dict[str, Any], functions: Sequence[RewardFn]) -> RunResult:
+        """The result of a run whose items never reported (a collection error, no samples)."""
+        return RunResult(settings=self.settings, meta=meta, functions=tuple(functions))

@@ -1,0 +1,54 @@
+"""The only module of pytest-reward that touches pytest's private API, and why (each has no public equivalent in
+pytest 8.4–9.x; the rest of the package uses public API only):
+
+* :class:`TerminalRepr` — the base class of a failure report that writes itself to the terminal (our verdict
+  headline in red, then context lines). ``repr_failure`` may return a plain string instead, but then pytest cannot
+  colour the headline, nor use ``reprcrash`` for the one-line short summary.
+* :func:`fixture_info` — ``FixtureManager.getfixtureinfo``: resolve the fixtures of our stand-in test function once
+  per samples file and hand the result to every ``pytest.Function`` item of that file. Without it, pytest resolves
+  them again for each of thousands of items (``Function.__init__`` does the same call, privately, per item).
+* :func:`import_test_module` — ``_pytest.pathlib.import_path``: discovery imports the test modules that define
+  reward functions exactly as pytest's own collection does (same module objects, same ``sys.path`` handling,
+  assertion rewriting intact), so each function is found once, not twice under two module names.
+* :func:`structured_node_id` — pytest ≥ 9.2 builds a ``Function``'s structured node id from its name without
+  splitting off ``[...]``; our items must carry the id pytest parses back from ``--lf`` caches and ``--deselect``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from _pytest._code.code import TerminalRepr
+from _pytest._io import TerminalWriter
+
+__all__ = ["TerminalRepr", "TerminalWriter", "fixture_info", "import_test_module", "structured_node_id"]
+
+
+def fixture_info(collector: pytest.Collector, func: Callable[..., Any]) -> Any:
+    """The ``FuncFixtureInfo`` of ``func`` as a test function under ``collector``."""
+    return collector.session._fixturemanager.getfixtureinfo(node=collector, func=func, cls=None)
+
+
+def structured_node_id(nodeid: str) -> Any:
+    """The node id pytest ≥ 9.2 parses back from a string id; None on older pytest (ids are plain strings)."""
+    try:
+        from _pytest.nodeid import coerce_node_id
+    except ImportError:  # pytest < 9.2
+        return None
+    return coerce_node_id(nodeid)
+
+
+def import_test_module(path: Path, config: pytest.Config) -> ModuleType:
+    """Import the test module at ``path`` as pytest's collection would."""
+    from _pytest.pathlib import import_path
+
+    return import_path(
+        path,
+        mode=config.getoption("importmode"),
+        root=config.rootpath,
+        consider_namespace_packages=config.getini("consider_namespace_packages"),
+    )

@@ -585,7 +585,7 @@ def rollout_delta(pool: Any, before: tuple[int, float]) -> list[float] | None:
 
 
 class EvaluationItem(_ModelItem):
-    """An ``Evaluation`` subclass (``pytest_reward.jax.evaluation``) run on the session's model: one outcome per
+    """An ``Evaluation`` subclass (``pytest_reward.evaluation``) run on the session's model: one outcome per
     evaluation sample, gated by the class's ``@pytest.mark.reward(...)`` like a reward function."""
 
     def __init__(self, *, evaluation: type, file_label: str, gates: Any, **kwargs: Any) -> None:

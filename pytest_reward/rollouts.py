@@ -24,24 +24,14 @@ from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from .chat import END_MARKERS, prompt_of
+
 if TYPE_CHECKING:
     from .results import SampleOutcome
     from .samples import Sample
     from .scoring import Invoker
 
-__all__ = ["END_MARKERS", "RolloutPool", "RolloutSettings", "pass_at_k", "score_responses"]
-
-#: End-of-turn / end-of-text markers: a chat response ends at the first one (the model's turn is over).
-END_MARKERS: tuple[str, ...] = (
-    "<|im_end|>",
-    "<|endoftext|>",
-    "<|eot_id|>",
-    "<|end_of_text|>",
-    "<|end|>",
-    "<end_of_turn>",
-    "</s>",
-)
-
+__all__ = ["RolloutPool", "RolloutSettings", "pass_at_k", "score_responses"]
 
 @dataclass(frozen=True)
 class RolloutSettings:
@@ -69,13 +59,6 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     if n - c < k:
         return 1.0
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
-
-
-def prompt_of(sample: Sample) -> str | list[dict[str, Any]]:
-    """What to feed the model: the ``prompt`` string, or the conversation (a chat) ending with the user turn."""
-    if sample.prompt is not None:
-        return sample.prompt
-    return [{"role": m["role"], "content": m.get("content") or ""} for m in sample.messages or []]
 
 
 def _chunk_seed(base: int, file: str, index: int) -> int:
@@ -151,7 +134,7 @@ class RolloutPool:
     def _generate(
         self, job: Any, file: str, index: int, samples: Sequence[Sample], settings: RolloutSettings
     ) -> list[list[str]]:
-        prompts = [prompt_of(s) for s in samples]
+        prompts = [prompt_of(s.messages, s.prompt) for s in samples]
         max_new = settings.max_new_tokens
         if max_new is None:
             max_new = min(64, max(1, int(getattr(job, "block_size", 128)) // 2))
@@ -190,8 +173,10 @@ def score_responses(
 
     A bad return value makes an error outcome; an exception raised by the reward function does too when
     ``catch``, and propagates otherwise (sample items show the user's traceback)."""
+    from .call import describe_exception
+    from .errors import InvalidResult
     from .results import judge
-    from .scoring import InvalidResult, describe_exception, merge_runs
+    from .scoring import merge_runs
 
     start = time.perf_counter() if start is None else start
     conversation = list(sample.messages or [{"role": "user", "content": sample.prompt or ""}])

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..atomic import atomic_open, atomic_write_text
+from ..discovery import package_base
 from .runtime import BUNDLE_FORMAT, BUNDLE_VERSION, NAME_RE
 
 if TYPE_CHECKING:
@@ -111,23 +112,12 @@ def _sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _sha256_file(path: Path) -> str:
-    return _sha256_bytes(path.read_bytes())
-
-
 def _inside(path: Path, root: Path) -> bool:
     try:
         rel = path.resolve().relative_to(root.resolve())
     except ValueError:
         return False
     return not (set(rel.parts) & _EXCLUDED_PARTS)
-
-
-def _package_base(path: Path) -> Path:
-    directory = path.parent
-    while (directory / "__init__.py").is_file():
-        directory = directory.parent
-    return directory
 
 
 def _package_inits(path: Path, root: Path) -> list[Path]:
@@ -316,7 +306,7 @@ def _collect_sources(spec: BundleSpec) -> tuple[dict[str, bytes], list[dict[str,
             source = add_file(module_file)
             for init in _package_inits(module_file, root):
                 add_file(init)
-            base = _package_base(module_file)
+            base = package_base(module_file)
             for directory in (root, base):
                 rel = directory.resolve().relative_to(root).as_posix()
                 sys_path.setdefault("src" if rel == "." else f"src/{rel}", None)

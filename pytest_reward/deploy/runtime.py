@@ -27,15 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import BundleError
+
 __all__ = ["BUNDLE_FORMAT", "BundleError", "LoadedBundle", "load_bundle", "load_package"]
 
 BUNDLE_FORMAT = "pytest-reward-bundle"
 BUNDLE_VERSION = 1
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
-
-
-class BundleError(Exception):
-    """A bundle that cannot be loaded; the message says which file and why."""
 
 
 @dataclass

@@ -25,13 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..errors import DeployError
 from .bundle import BuiltBundle, copy_bundle
 
 __all__ = ["DeployError", "DirTarget", "FireworksTarget", "HttpTarget", "Receipt", "Target", "TargetRegistry"]
-
-
-class DeployError(Exception):
-    """A deploy that did not happen; the message says why."""
 
 
 @dataclass

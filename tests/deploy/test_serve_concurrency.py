@@ -140,7 +140,7 @@ def test_connections_are_not_delayed_by_nagle(tmp_path):
     from pytest_reward.deploy import serve
 
     target = serve.load_target(str(write_module(tmp_path, "nodelay_rewards", REWARDS)))
-    sock = serve._bind("127.0.0.1", 0)
+    sock = serve.bind("127.0.0.1", 0)
     assert sock.proto == socket.IPPROTO_TCP  # asyncio sets TCP_NODELAY only on sockets that say TCP
     config = uvicorn.Config(serve.create_app(target), http=serve.GuardedH11Protocol, log_level="warning")
     server = uvicorn.Server(config)

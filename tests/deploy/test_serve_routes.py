@@ -273,7 +273,8 @@ def test_slime_label_of_any_type_and_no_prompt(odd):
         ("boom", "RuntimeError: kaboom"),
         ("nan_score", "score is nan"),
         ("inf_score", "score is inf"),
-        ("wrong_type", "failed Pydantic validation"),
+        # the test run's message: it names the function and what came back
+        ("wrong_type", "InvalidResult: wrong_type returned str 'not a result': expected EvaluateResult"),
     ],
 )
 @pytest.mark.parametrize("route", ["reward", "evaluate"])

@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean venv
+.PHONY: demo test test-clients lint bench clean venv
 
 venv: $(STAMP)
 
@@ -22,6 +22,11 @@ test: $(STAMP)
 	$(PY) -m pytest -n 2 tests
 	$(PY) -m ruff check pytest_reward tests bench examples
 	$(VENV)/bin/lint-imports
+
+# The contract tests against real trainer clients (OpenRLHF, verl, reward-kit), installed from the package
+# registry into ~/.cache/pytest-reward/clients; deselected in `make test`. A failed install fails, never skips.
+test-clients: $(STAMP)
+	PYTEST_REWARD_CLIENTS=1 $(PY) -m pytest -m clients tests/deploy
 
 lint: $(STAMP)
 	$(PY) -m ruff check pytest_reward tests bench examples

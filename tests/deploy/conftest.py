@@ -1,6 +1,13 @@
-"""Helpers for the reward-server tests: servers in subprocesses on loopback, and real trainer clients installed
-once into a cache directory outside the repository (``~/.cache/pytest-reward/clients``, or
-``$PYTEST_REWARD_CLIENT_CACHE``), guarded by a lock file because the suite runs under xdist."""
+"""Helpers for the reward-server tests: servers in subprocesses on loopback, and real trainer clients.
+
+Real clients (OpenRLHF, verl, reward-kit) are installed from the package registry, so the tests that use them are
+an explicit opt-in: they carry the marker ``clients`` and are deselected (reported as "deselected", never as passed
+or skipped) unless the environment has ``PYTEST_REWARD_CLIENTS=1`` — ``make test-clients`` sets it. An environment
+variable rather than a command-line option because this conftest is not loaded before pytest parses its options
+when pytest is started on ``tests``. Opted in, a failed install is a failure with pip's output. Clients are
+installed once into a cache directory outside the repository (``~/.cache/pytest-reward/clients``, or
+``$PYTEST_REWARD_CLIENT_CACHE``), guarded by a lock file because the suite runs under xdist.
+"""
 
 from __future__ import annotations
 
@@ -26,8 +33,33 @@ REPO = Path(__file__).resolve().parents[2]
 CLIENT_CACHE = Path(
     os.environ.get("PYTEST_REWARD_CLIENT_CACHE") or Path.home() / ".cache" / "pytest-reward" / "clients"
 )
-PIP_TIMEOUT = 480  # below pytest-timeout's 600 s, so that an unreachable registry skips instead
+PIP_TIMEOUT = 480  # below pytest-timeout's 600 s, so that a hung install fails with pip's own output
+CLIENTS_ENV = "PYTEST_REWARD_CLIENTS"
 _LISTENING = re.compile(r"listening on (http://[^\s]+)")
+
+# --- the opt-in for tests that install real clients -------------------------------------------------------------------
+
+
+def clients_opted_in() -> bool:
+    return os.environ.get(CLIENTS_ENV, "") not in ("", "0")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"clients: installs real trainer clients from the package registry; deselected unless {CLIENTS_ENV}=1 "
+        "(make test-clients)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if clients_opted_in():
+        return
+    deselected = [item for item in items if item.get_closest_marker("clients") is not None]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if item.get_closest_marker("clients") is None]
+
 
 # --- reward modules served in the tests ----------------------------------------------------------------------
 
@@ -386,54 +418,28 @@ def _locked(name: str) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _index_url(python: str) -> str:
-    """The index pip uses: $PIP_INDEX_URL, else pip's configured index-url, else PyPI."""
-    if os.environ.get("PIP_INDEX_URL"):
-        return os.environ["PIP_INDEX_URL"]
-    listing = subprocess.run(
-        [python, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60
-    )
-    for line in listing.stdout.splitlines():
-        key, _, value = line.partition("=")
-        if key.endswith("index-url") and not key.endswith("extra-index-url"):
-            return value.strip().strip("'\"")
-    return "https://pypi.org/simple"
+def _require_opt_in() -> None:
+    """Every test that uses a real client says so, whether or not the client is already in the cache."""
+    if not clients_opted_in():
+        pytest.fail(
+            f"this test uses a real trainer client: mark it @pytest.mark.clients (run with {CLIENTS_ENV}=1)"
+        )
 
 
-def _registry_unreachable(python: str, package: str) -> str | None:
-    """Why the package registry cannot be reached (None when it answers, whatever it answers)."""
-    import urllib.error
-    import urllib.request
-
-    url = f"{_index_url(python).rstrip('/')}/{package}/"
-    try:
-        with urllib.request.urlopen(url, timeout=30):
-            return None
-    except urllib.error.HTTPError:
-        return None  # it answered
-    except (OSError, ValueError) as exc:
-        return f"{url}: {exc}"
-
-
-def _pip(python: str, package: str, *args: str) -> None:
-    """Run pip; skip the test if the package registry cannot be reached, fail it for any other error."""
+def _pip(python: str, *args: str) -> None:
+    """Run pip; any failure (the registry unreachable included) fails the test with pip's output."""
     command = [python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", *args]
     try:
         proc = subprocess.run(command, capture_output=True, text=True, timeout=PIP_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        proc = None
-    if proc is not None and proc.returncode == 0:
-        return
-    problem = _registry_unreachable(python, package)
-    if problem:
-        pytest.skip(f"package registry unreachable, cannot install {package}: {problem}")
-    if proc is None:
-        pytest.fail(f"{' '.join(command)} did not finish within {PIP_TIMEOUT} s (the registry answers)")
-    pytest.fail(f"{' '.join(command)} failed ({proc.returncode}):\n{(proc.stdout + proc.stderr)[-6000:]}")
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"{' '.join(command)} did not finish within {PIP_TIMEOUT} s:\n{exc.stdout}{exc.stderr}")
+    if proc.returncode != 0:
+        pytest.fail(f"{' '.join(command)} failed ({proc.returncode}):\n{(proc.stdout + proc.stderr)[-6000:]}")
 
 
 def installed_target(package: str, version: str) -> Path:
     """``pip install --no-deps --target DIR package==version`` once; DIR is put on the client's sys.path."""
+    _require_opt_in()
     name = f"{package}-{version}"
     directory = CLIENT_CACHE / name
     marker = directory / ".pytest-reward-complete"
@@ -442,13 +448,14 @@ def installed_target(package: str, version: str) -> Path:
     with _locked(name):
         if not marker.is_file():
             shutil.rmtree(directory, ignore_errors=True)
-            _pip(sys.executable, package, "--no-deps", "--target", str(directory), f"{package}=={version}")
+            _pip(sys.executable, "--no-deps", "--target", str(directory), f"{package}=={version}")
             marker.write_text(f"{package}=={version}\n")
     return directory
 
 
 def reward_kit_python() -> str:
     """The python of a venv holding reward-kit 0.4.1 with the pins it needs to import today (reference §8)."""
+    _require_opt_in()
     name = "reward-kit-0.4.1"
     directory = CLIENT_CACHE / name
     python = directory / "bin" / "python"
@@ -459,7 +466,7 @@ def reward_kit_python() -> str:
         if not (marker.is_file() and python.exists()):
             shutil.rmtree(directory, ignore_errors=True)
             subprocess.run([sys.executable, "-m", "venv", str(directory)], check=True, timeout=300)
-            _pip(str(python), "reward-kit", "reward-kit==0.4.1", "mcp==1.12.4", "pydantic<2.12")
+            _pip(str(python), "reward-kit==0.4.1", "mcp==1.12.4", "pydantic<2.12")
             check = subprocess.run(
                 [str(python), "-c", "import reward_kit, reward_kit.server; print(reward_kit.__file__)"],
                 capture_output=True,
@@ -484,7 +491,7 @@ def reward_kit_with_pytest() -> str:
         return python
     with _locked("reward-kit-0.4.1"):
         if not (marker.is_file() and marker.read_text() == pins):
-            _pip(python, "pytest", *pins.split())
+            _pip(python, *pins.split())
             marker.write_text(pins)
     return python
 

@@ -6,6 +6,7 @@ import gzip
 import http.server
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -242,32 +243,24 @@ def test_deploy_runs_once_under_xdist(project):
 def test_interrupted_deploy_leaves_the_target_as_it_was(project):
     deploy = make_project(project)
     project.run("--reward-samples", "samples.jsonl", "--reward-deploy").assert_outcomes(passed=2)
-    before = sorted(p.name for p in deploy.iterdir())
     latest = (deploy / "LATEST").read_text()
-    # change the code, then make the copy fail halfway through
+    # change the code; the dry run names the new bundle (its version is its content hash)
     (project.path / "scoring" / "weights.py").write_text("BONUS = 0.3\n")
-    project.file(
-        "conftest.py",
-        """
-        import shutil
-        import pytest_reward.deploy.bundle as bundle
-
-        def copytree_then_crash(src, dst, *a, **k):
-            shutil.copytree(src, dst, *a, **k)
-            raise OSError("disk full (simulated)")
-
-        bundle.shutil = type("S", (), {"copytree": staticmethod(copytree_then_crash), "rmtree": staticmethod(shutil.rmtree)})
-        """,
-    )
+    dry = project.run("--reward-samples", "samples.jsonl", "--reward-deploy", "--reward-deploy-dry-run")
+    (version,) = re.findall(r"^bundle demo_rewards (\w+) \(", dry.stdout.str(), re.M)
+    new = f"demo_rewards-{version}"
+    assert new != latest.strip()
+    # something in the way of the new bundle: the copy is staged, then cannot be moved into place
+    (deploy / new).write_text("not a bundle\n")
+    before = sorted(p.name for p in deploy.iterdir())
     result = project.run("--reward-samples", "samples.jsonl", "--reward-deploy")
     assert result.ret == 1
     result.stdout.fnmatch_lines(
-        [
-            "ERROR reward deploy: deploy to dir:.reward/deploy failed: could not write to *: disk full (simulated)"
-        ]
+        ["ERROR reward deploy: deploy to dir:.reward/deploy failed: could not write to *: *Not a directory*"]
     )
-    assert sorted(p.name for p in deploy.iterdir()) == before
+    assert sorted(p.name for p in deploy.iterdir()) == before  # no staging directory left, no new tarball
     assert (deploy / "LATEST").read_text() == latest
+    assert (deploy / new).read_text() == "not a bundle\n"
 
 
 @pytest.mark.parametrize("name", ["../evil", "a/b", "1abc", "x-y"])
@@ -401,6 +394,7 @@ def test_fireworks_target_sends_reward_kits_payload_with_files_and_requirements(
     project, http_server, monkeypatch
 ):
     make_project(project)
+    uploaded = {}
 
     def script(method, path, headers, body):
         assert headers["Authorization"] == "Bearer fw-key"
@@ -418,6 +412,7 @@ def test_fireworks_target_sends_reward_kits_payload_with_files_and_requirements(
         files = criterion["codeSnippets"]["fileContents"]
         assert "def evaluate(messages, ground_truth=None, tools=None, **kwargs)" in files["main.py"]
         assert "demo_rewards/src/metrics/relevance/helpers.py" in files
+        uploaded.update(files)
         return 200, {"name": f"accounts/acct/evaluators/{payload['evaluatorId']}", "state": "ACTIVE"}
 
     server = http_server(script)
@@ -434,6 +429,25 @@ def test_fireworks_target_sends_reward_kits_payload_with_files_and_requirements(
         ("DELETE", "/v1/accounts/acct/evaluators/demo-rewards"),
         ("POST", "/v1/accounts/acct/evaluators"),
     ]
+    # the evaluator as Fireworks runs it: the files in a directory, main.evaluate called with the sample's fields
+    evaluator = project.path.parent / "fireworks-evaluator"
+    for name, text in uploaded.items():
+        (evaluator / name).parent.mkdir(parents=True, exist_ok=True)
+        (evaluator / name).write_text(text)
+    out = run_in_fresh_python(
+        f"""
+        import json, sys
+        sys.path.insert(0, {str(evaluator)!r})
+        from main import evaluate
+        messages = [{{"role": "user", "content": "How to cook rice?"}}, {{"role": "assistant", "content": "cook rice in water"}}]
+        print(json.dumps([evaluate(messages, ground_truth="water"), evaluate(messages, tools=None, fn="x")]))
+        """,
+        evaluator,
+    )
+    with_truth, without = json.loads(out)
+    # `fn` is a field like any other (it used to collide with call_reward's own parameter: a TypeError)
+    assert with_truth["is_score_valid"] is True and with_truth["score"] == pytest.approx(0.5 + 0.25)
+    assert without["score"] == pytest.approx(0.5) and without["error"] is None
 
 
 def test_fireworks_target_refuses_without_credentials(project, monkeypatch):

@@ -13,6 +13,11 @@ A reward function is called with keyword arguments only::
   the parameter and the caller did not give it (the reward-kit docs' convention);
 * every other input field of the sample (or request body, or dataset column) as a keyword argument of its own.
 
+Each call gets its own copy of every mutable input (lists and dicts, recursively; strings and numbers are shared):
+a function that changes ``messages`` or ``ground_truth`` in place cannot change what the next function sees, the
+conversation a report shows, or a sample's baseline key. :meth:`Reward.changed_inputs` tells a test run which
+inputs a call changed (the plugin fails that sample: reward functions run in trainers that do not copy).
+
 Batch-mode functions (``@reward_function(mode="batch")``) get lists instead: ``rollouts_messages`` (one conversation
 per sample) and, for every other keyword, one list aligned with it (``None`` where a sample lacks the field); they
 return one result per sample. Called on a single sample they get lists of one.
@@ -36,17 +41,19 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .decorator import RewardSpec, get_spec
-from .errors import InvalidResult, RewardReturnError
+from .errors import InvalidResult, RewardReturnError, RewardTimeout
 from .models import EvaluateResult, RewardOutput
 
 __all__ = [
     "MISSING",
     "Reward",
     "batch_kwargs",
+    "call_within",
     "close_loop",
     "describe_exception",
     "failed_result",
     "invalid_return",
+    "private_copy",
     "run_coroutine",
     "to_result",
 ]
@@ -81,6 +88,35 @@ def close_loop() -> None:
     if loop is not None and not loop.is_closed():
         loop.close()
     _LOOPS.loop = None
+
+
+def call_within(seconds: float, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` in a daemon thread, waited for at most ``seconds``; ``RewardTimeout`` when it takes longer.
+
+    A Python thread cannot be killed: a call that never returns goes on in its daemon thread (holding what it
+    holds, using the CPU it uses) until the process ends; its result is dropped. Where that matters (CPU-bound
+    rewards that may spin forever), run them in a process of their own."""
+    box: list[Any] = []
+    done = threading.Event()
+
+    def target() -> None:
+        try:
+            box.append((True, fn(*args)))
+        except BaseException as exc:
+            box.append((False, exc))
+        finally:
+            close_loop()  # the thread's own event loop, if the call made one
+            done.set()
+
+    threading.Thread(target=target, name="reward-call", daemon=True).start()
+    if not done.wait(seconds):
+        raise RewardTimeout(
+            f"timed out after {seconds:g}s (the call was abandoned; it ends with the process)"
+        )
+    ok, value = box[0]
+    if ok:
+        return value
+    raise value.with_traceback(value.__traceback__)
 
 
 # --- results -------------------------------------------------------------------------------------------------
@@ -135,6 +171,35 @@ def _finite(result: EvaluateResult) -> EvaluateResult:
     )
 
 
+# --- private copies -----------------------------------------------------------------------------------------
+
+
+def private_copy(value: Any) -> Any:
+    """A copy of the mutable parts of a JSON-like value: lists and dicts, recursively; everything else shared."""
+    cls = value.__class__
+    if cls is list:
+        return [private_copy(v) for v in value]
+    if cls is dict:
+        return {k: private_copy(v) for k, v in value.items()}
+    return value
+
+
+def _copy_messages(messages: list[Any]) -> list[Any]:
+    # The hot path of a test run: a message is usually a dict of strings (copied in C); nested content (tool calls,
+    # multimodal parts) is copied too.
+    out = []
+    for m in messages:
+        if m.__class__ is dict:
+            c = m.copy()
+            for k, v in m.items():
+                if v.__class__ is list or v.__class__ is dict:
+                    c[k] = private_copy(v)
+            out.append(c)
+        else:
+            out.append(private_copy(m))
+    return out
+
+
 # --- batches -------------------------------------------------------------------------------------------------
 
 
@@ -183,16 +248,40 @@ class Reward:
         ground_truth: Any = MISSING,
         fields: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """The keyword arguments of one call (see the module docstring)."""
-        kwargs = dict(fields) if fields else {}
-        if messages is None:
-            messages = []
+        """The keyword arguments of one call (see the module docstring), every mutable input a private copy."""
+        kwargs: dict[str, Any] = {}
+        if fields:
+            for key, value in fields.items():
+                cls = value.__class__
+                kwargs[key] = private_copy(value) if cls is list or cls is dict else value
+        messages = _copy_messages(messages) if messages else []
         kwargs["messages"] = messages
         if ground_truth is not MISSING and ground_truth is not None:
-            kwargs["ground_truth"] = ground_truth
+            cls = ground_truth.__class__
+            kwargs["ground_truth"] = (
+                private_copy(ground_truth) if cls is list or cls is dict else ground_truth
+            )
         if self.wants_original and "original_messages" not in kwargs:
             kwargs["original_messages"] = messages[:-1]
         return kwargs
+
+    @staticmethod
+    def changed_inputs(
+        kwargs: Mapping[str, Any],
+        messages: list[dict[str, Any]] | None,
+        ground_truth: Any = MISSING,
+        fields: Mapping[str, Any] | None = None,
+    ) -> list[str]:
+        """The inputs a call changed in place: its private copies in ``kwargs`` no longer equal the originals."""
+        changed = []
+        if kwargs["messages"] != (messages or []):
+            changed.append("messages")
+        gt = kwargs.get("ground_truth")
+        if gt.__class__ in (list, dict) and gt != ground_truth:
+            changed.append("ground_truth")
+        if fields:
+            changed += [k for k, v in fields.items() if v.__class__ in (list, dict) and kwargs.get(k) != v]
+        return changed
 
     # -- synchronous calls: user exceptions propagate, unusable returns raise InvalidResult --------------------
 

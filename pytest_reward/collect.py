@@ -70,7 +70,11 @@ class SamplesFile(pytest.File):
         if not (settings.model or overrides_inference_job(self.config)):
             for fn in functions:
                 yield FileItem.from_parent(
-                    self, name=fn.name, fn=fn, invoker=Invoker(fn, label, runs=settings.runs), rs=rs
+                    self,
+                    name=fn.name,
+                    fn=fn,
+                    invoker=Invoker(fn, label, runs=settings.runs, timeout=settings.timeout),
+                    rs=rs,
                 )
             return
         # A model is at hand: items that can roll out the file's prompt-only samples, if it has any (the file is
@@ -83,7 +87,7 @@ class SamplesFile(pytest.File):
                 callobj=may_use_model,
                 fixtureinfo=fixtureinfo,
                 fn=fn,
-                invoker=Invoker(fn, label, runs=settings.runs),
+                invoker=Invoker(fn, label, runs=settings.runs, timeout=settings.timeout),
                 rs=rs,
             )
             rs.rollouts.expect_reader(label, item.rollout_settings())
@@ -126,7 +130,7 @@ class SamplesFile(pytest.File):
             )
         fixtureinfo = None
         for fn in functions:
-            invoker = Invoker(fn, label, runs=settings.runs)
+            invoker = Invoker(fn, label, runs=settings.runs, timeout=settings.timeout)
             batch = (
                 BatchScheduler(invoker, [s for s in samples if not s.prompt_only], settings.batch_size)
                 if invoker.batch

@@ -10,7 +10,8 @@ not even pytest, so that deployed bundles and the reward server can use it too):
     ├── RewardCallError              a reward function could not be called, or returned something unusable
     │   ├── RewardInputError         an input the decorator could not coerce (also a ValueError, as in reward-kit)
     │   ├── RewardReturnError        a return value that is not a result (also a ValueError, as in reward-kit)
-    │   └── InvalidResult            what the plugin reports for an unusable return value
+    │   ├── InvalidResult            what the plugin reports for an unusable return value
+    │   └── RewardTimeout            a call that took longer than its timeout (--reward-timeout, marker timeout=)
     ├── EvaluationError              an ``Evaluation`` that cannot run on the model it was given (also a ValueError)
     └── DeployError                  a deploy that must not happen, or failed
         ├── BundleError              a bundle that cannot be built, read or loaded
@@ -39,6 +40,7 @@ __all__ = [
     "RewardError",
     "RewardInputError",
     "RewardReturnError",
+    "RewardTimeout",
     "SampleFormatError",
     "ServeError",
     "UsageError",
@@ -87,6 +89,11 @@ class RewardReturnError(RewardCallError, ValueError):
 
 class InvalidResult(RewardCallError):
     """The reward function returned something that is not a usable result; the first line names what came back."""
+
+
+class RewardTimeout(RewardCallError):
+    """A reward call that took longer than its timeout. The call goes on in a daemon thread that cannot be killed:
+    its result is dropped, and it ends with the process."""
 
 
 class EvaluationError(RewardError, ValueError):

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .call import describe_exception
-from .errors import EvaluationError, InvalidResult
+from .errors import EvaluationError, InvalidResult, RewardTimeout
 from .failure import RewardFailure, RewardRepr, describe_outcome, user_frames
 from .pytest_private import TerminalRepr, structured_node_id
 from .results import FAIL, GroupAccumulator, SampleOutcome, row_json
@@ -168,7 +168,7 @@ class SampleItem(_OneSample, _RewardItem):
         else:
             try:
                 result, runs = self.invoker.call(sample)
-            except InvalidResult as exc:
+            except (InvalidResult, RewardTimeout) as exc:
                 outcome = self.invoker.outcome(
                     sample, None, error=str(exc), duration=time.perf_counter() - start
                 )

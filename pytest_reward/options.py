@@ -157,6 +157,15 @@ OPTIONS: tuple[Option, ...] = (
         metavar="N",
     ),
     Option(
+        "--reward-timeout",
+        "reward_timeout",
+        "float",
+        None,
+        "Seconds one reward call may take; a call that takes longer fails its sample ('timed out after Ns') "
+        "and the run goes on (marker key timeout= overrides it per function).",
+        metavar="SECONDS",
+    ),
+    Option(
         "--reward-batch-size",
         "reward_batch_size",
         "int",
@@ -387,6 +396,8 @@ class Settings:
     max_items_per_file: int = 10000
     max_line_bytes: int = 8 * 1024 * 1024
     workers: int = 1
+    timeout: float | None = None
+    """Seconds one reward call may take (None: no limit)."""
     batch_size: int = 32
     seed: int = 0
     n_resamples: int = 2000
@@ -561,6 +572,7 @@ def resolve(config: pytest.Config) -> Settings:
         ),
         max_line_bytes=_positive("reward_max_line_bytes", *values["reward_max_line_bytes"], minimum=1024),
         workers=_positive("--reward-workers", *values["reward_workers"]),
+        timeout=_timeout(*values["reward_timeout"]),
         batch_size=_positive("--reward-batch-size", *values["reward_batch_size"]),
         seed=values["reward_seed"][0],
         n_resamples=_positive(
@@ -604,6 +616,12 @@ def resolve(config: pytest.Config) -> Settings:
         bundle_name=values["reward_bundle_name"][0],
         bundle_include=tuple(values["reward_bundle_include"][0]),
     )
+
+
+def _timeout(value: float | None, source: str) -> float | None:
+    if value is not None and not value > 0:
+        raise pytest.UsageError(f"{source}: a reward timeout must be > 0 seconds, got {value:g}")
+    return value
 
 
 def _at_least(name: str, value: float, source: str, minimum: float = 0.0) -> float:

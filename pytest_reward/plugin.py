@@ -19,10 +19,11 @@ if TYPE_CHECKING:
 
 MARKER_DOC = (
     "reward(threshold=None, mean=None, pass_rate=None, quantile=None, confidence=None, metrics=None, "
-    "samples=None, rollout=None): thresholds and samples of a reward function. threshold: per-sample pass score; "
+    "samples=None, rollout=None, timeout=None): thresholds and samples of a reward function. threshold: "
+    "per-sample pass score; "
     "mean / pass_rate / quantile={q: bound}: aggregate gates per function x samples file; confidence: gate on "
     "the lower bound of a bootstrap (mean) / Wilson (rate) interval; metrics={name: {...}}: the same per metric; "
-    "samples: JSONL file(s) for this function."
+    "samples: JSONL file(s) for this function; timeout: seconds one call may take."
 )
 
 

@@ -9,14 +9,16 @@ batch-mode functions.
 from __future__ import annotations
 
 import asyncio
+import queue
+import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
-from .call import MISSING, Reward, describe_exception, run_coroutine
+from .call import MISSING, Reward, call_within, describe_exception, run_coroutine
 from .chat import conversation_excerpt
-from .errors import InvalidResult
+from .errors import InvalidResult, RewardTimeout
 from .results import FAIL, SampleOutcome, judge
 
 if TYPE_CHECKING:
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
     from .models import EvaluateResult
     from .samples import Sample
 
-__all__ = ["Invoker", "error_outcome", "merge_runs", "spread"]
+__all__ = ["DaemonPool", "Invoker", "error_outcome", "merge_runs", "spread"]
 
 
 def merge_runs(results: Sequence[EvaluateResult], what: str = "runs") -> EvaluateResult:
@@ -68,10 +70,12 @@ Scored = tuple["EvaluateResult", "list[float] | None"]
 class Invoker:
     """Calls one reward function on samples (``runs`` times each, averaging, for stochastic rewards)."""
 
-    def __init__(self, fn: RewardFn, file_label: str, *, runs: int = 1) -> None:
+    def __init__(self, fn: RewardFn, file_label: str, *, runs: int = 1, timeout: float | None = None) -> None:
         self.fn = fn
         self.file_label = file_label
         self.runs = runs
+        self.timeout = fn.gates.timeout if fn.gates.timeout is not None else timeout
+        """Seconds one call may take (None: no limit): a longer call fails its sample with ``RewardTimeout``."""
         self.light = False
         """File granularity: leave key and excerpt empty (filled by ``complete`` for outcomes that are kept)."""
         self.reward = Reward(fn.obj, spec=fn.spec, name=fn.name)
@@ -80,10 +84,35 @@ class Invoker:
     # -- building calls ------------------------------------------------------------------------------------
 
     def kwargs_for(self, sample: Sample) -> dict[str, Any]:
-        """The call's keyword arguments (:meth:`pytest_reward.call.Reward.kwargs`) from a sample."""
+        """The call's keyword arguments (:meth:`pytest_reward.call.Reward.kwargs`) from a sample: private copies."""
         return self.reward.kwargs(
             sample.messages, sample.ground_truth if sample.has_ground_truth else MISSING, sample.kwargs
         )
+
+    def check_inputs(self, kwargs: dict[str, Any], sample: Sample) -> None:
+        """Fail the sample when the function changed its inputs in place (its own copies: nothing else saw it)."""
+        changed = self.reward.changed_inputs(
+            kwargs,
+            sample.messages,
+            sample.ground_truth if sample.has_ground_truth else MISSING,
+            sample.kwargs,
+        )
+        if changed:
+            what = ", ".join(repr(name) for name in changed)
+            raise InvalidResult(
+                f"{self.fn.name} changed its input {what} in place: a reward function must not modify its "
+                "inputs (trainers pass the same objects to every reward function); copy them first"
+            )
+
+    def _once(self, sample: Sample) -> EvaluateResult:
+        __tracebackhide__ = True
+        kwargs = self.kwargs_for(sample)
+        if self.timeout is None:
+            result = self.reward.call(kwargs)
+        else:
+            result = call_within(self.timeout, self.reward.call, kwargs)
+        self.check_inputs(kwargs, sample)
+        return result
 
     def _merge(self, results: list[EvaluateResult]) -> Scored:
         if len(results) == 1:
@@ -94,14 +123,21 @@ class Invoker:
         """Call the function on one sample; user exceptions propagate, bad returns raise ``InvalidResult``."""
         __tracebackhide__ = True
         if self.runs == 1:
-            return self.reward.call(self.kwargs_for(sample)), None
-        return self._merge([self.reward.call(self.kwargs_for(sample)) for _ in range(self.runs)])
+            return self._once(sample), None
+        return self._merge([self._once(sample) for _ in range(self.runs)])
 
     def call_batch(self, samples: Sequence[Sample]) -> list[Scored]:
         """Call a batch-mode function on a chunk of samples; one result per sample, in order."""
         __tracebackhide__ = True
-        rows = [self.kwargs_for(s) for s in samples]
-        runs = [self.reward.call_batch(rows) for _ in range(self.runs)]
+        runs = []
+        for _ in range(self.runs):
+            rows = [self.kwargs_for(s) for s in samples]
+            if self.timeout is None:
+                runs.append(self.reward.call_batch(rows))
+            else:  # the budget of a batch: one call's timeout per sample
+                runs.append(call_within(self.timeout * len(rows), self.reward.call_batch, rows))
+            for kwargs, sample in zip(rows, samples, strict=True):
+                self.check_inputs(kwargs, sample)
         return [self._merge([run[i] for run in runs]) for i in range(len(samples))]
 
     # -- outcomes ------------------------------------------------------------------------------------------
@@ -204,9 +240,12 @@ class Invoker:
             for block in _chunks(samples, workers * 4):
                 yield from run_coroutine(self._gather(block, workers))
             return
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="reward") as pool:
+        pool = DaemonPool(workers)
+        try:
             for block in _chunks(samples, workers * 16):
                 yield from pool.map(self.score_one, block)
+        finally:
+            pool.close()
 
     async def _gather(self, samples: Sequence[Sample], workers: int) -> list[SampleOutcome]:
         semaphore = asyncio.Semaphore(workers)
@@ -215,9 +254,21 @@ class Invoker:
             async with semaphore:
                 start = time.perf_counter()
                 try:
-                    results = [await self.reward.acall(self.kwargs_for(sample)) for _ in range(self.runs)]
+                    results = []
+                    for _ in range(self.runs):
+                        kwargs = self.kwargs_for(sample)
+                        if self.timeout is None:
+                            results.append(await self.reward.acall(kwargs))
+                        else:
+                            try:
+                                results.append(
+                                    await asyncio.wait_for(self.reward.acall(kwargs), self.timeout)
+                                )
+                            except TimeoutError:
+                                raise RewardTimeout(f"timed out after {self.timeout:g}s") from None
+                        self.check_inputs(kwargs, sample)
                     result, runs = self._merge(results)
-                except InvalidResult as exc:
+                except (InvalidResult, RewardTimeout) as exc:
                     return self.outcome(sample, None, error=str(exc), duration=time.perf_counter() - start)
                 except Exception as exc:
                     return self.outcome(
@@ -226,6 +277,52 @@ class Invoker:
                 return self.outcome(sample, result, runs=runs, duration=time.perf_counter() - start)
 
         return list(await asyncio.gather(*(one(s) for s in samples)))
+
+
+class DaemonPool:
+    """``ThreadPoolExecutor.map`` on daemon threads. The standard pool joins its threads when the ``with`` block
+    ends and again at interpreter exit, so one reward call that never returns makes the run unkillable (neither
+    Ctrl-C nor pytest-timeout could end it). Here the caller waits on futures, which a signal interrupts, and a
+    thread stuck in a call is left behind: it ends with the process."""
+
+    def __init__(self, workers: int) -> None:
+        self._tasks: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._threads = [
+            threading.Thread(target=self._work, name=f"reward-{i}", daemon=True) for i in range(workers)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def _work(self) -> None:
+        while True:
+            task = self._tasks.get()
+            if task is None:
+                return
+            future, fn, arg = task
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(arg))
+            except BaseException as exc:
+                future.set_exception(exc)
+
+    def map(self, fn: Any, items: Sequence[Any]) -> Iterator[Any]:
+        futures: list[Future[Any]] = []
+        for item in items:
+            future: Future[Any] = Future()
+            self._tasks.put((future, fn, item))
+            futures.append(future)
+        try:
+            for future in futures:
+                yield future.result()
+        finally:
+            for future in futures:
+                future.cancel()
+
+    def close(self) -> None:
+        """Let idle threads end (threads busy in a call end when it returns, or with the process)."""
+        for _ in self._threads:
+            self._tasks.put(None)
 
 
 def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:

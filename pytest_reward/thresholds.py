@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 GATE_KEYS = ("threshold", "mean", "max_mean", "pass_rate", "quantile", "confidence")
-MARKER_KEYS = (*GATE_KEYS, "metrics", "samples", "rollout")
+MARKER_KEYS = (*GATE_KEYS, "metrics", "samples", "rollout", "timeout")
 METRIC_KEYS = ("threshold", "mean", "pass_rate", "quantile")
 ROLLOUT_KEYS = ("n", "temperature", "top_p", "top_k", "max_new_tokens", "seed", "stop")
 
@@ -66,6 +66,8 @@ class Gates:
     metrics: tuple[tuple[str, MetricGates], ...] = ()
     samples: tuple[str, ...] = ()
     rollout: tuple[tuple[str, Any], ...] = ()
+    timeout: float | None = None
+    """Seconds one call of the function may take (marker ``timeout=``; else ``--reward-timeout``)."""
     sources: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     @property
@@ -117,6 +119,8 @@ class Gates:
             out["samples"] = list(self.samples)
         if self.rollout:
             out["rollout"] = dict(self.rollout)
+        if self.timeout is not None:
+            out["timeout"] = self.timeout
         return out
 
 
@@ -244,6 +248,11 @@ def validate_marker(args: tuple[Any, ...], kwargs: Mapping[str, Any], where: str
             out[key] = tuple(paths)
         elif key == "rollout":
             out[key] = _rollout(value, where)
+        elif key == "timeout":
+            seconds = _number(value, key, where)
+            if not seconds > 0:
+                raise _fail(where, f"timeout must be > 0 seconds, got {seconds:g}")
+            out[key] = seconds
     return out
 
 

@@ -137,8 +137,21 @@ def _execution_metric(result: ExecutionResult) -> MetricResult:
         return metric(1.0, f"Code executed successfully with output:\n{result.stdout[:2000]}")
     detail = result.stderr.strip()[-2000:]
     return metric(
-        0.0, f"Code execution failed ({result.status}): {result.reason}" + (f"\n{detail}" if detail else "")
+        0.0, f"Code execution failed with error: {_run_error(result)}" + (f"\n{detail}" if detail else "")
     )
+
+
+def _run_error(result: ExecutionResult) -> str:
+    """Why a run failed, in words; a run stopped by the wall-clock or CPU limit says "timed out"."""
+    if result.status in ("timeout", "cpu"):
+        return f"Execution timed out: {result.reason}"
+    return result.reason
+
+
+def _shown_output(stdout: str, limit: int) -> str:
+    """A program's output as test details show it: without the trailing line break(s) and spaces (the
+    comparison ignores them: ``print(repr(x))`` shows as ``repr(x)``), cut to ``limit`` characters."""
+    return stdout.rstrip()[:limit]
 
 
 def _infrastructure_failure(result: ExecutionResult) -> bool:
@@ -146,17 +159,18 @@ def _infrastructure_failure(result: ExecutionResult) -> bool:
     return result.status in ("setup_error", "unsupported")
 
 
-def _code_from(messages: Any, language: str) -> tuple[str | None, EvaluateResult | None]:
+def _code_from(
+    messages: Any, language: str, missing: str | None = None
+) -> tuple[str | None, EvaluateResult | None]:
+    """The first ``language`` code block of the response, or the result to return: invalid without a response,
+    a valid 0 saying ``missing`` when the response has no such block."""
     text, why = assistant_text(messages)
     if text is None:
         return None, invalid(why)
     blocks = extract_code_blocks(text, language)
     if not blocks:
-        return None, EvaluateResult(
-            score=0.0,
-            reason=f"No {language} code blocks found in model's response.",
-            metrics={"error": metric(0.0, f"No {language} code blocks found in model's response.")},
-        )
+        missing = missing or f"No {language} code blocks found in model's response."
+        return None, EvaluateResult(score=0.0, reason=missing, metrics={"error": metric(0.0, missing)})
     return blocks[0]["code"], None
 
 
@@ -291,6 +305,27 @@ _JS_CALL_HARNESS = """
 """
 
 
+# Judges' JavaScript shells (V8's d8, SpiderMonkey) give programs a global ``readline()`` returning the next line
+# of stdin (``undefined`` at the end); Node has none. Defined on ``globalThis`` and only when absent, so a
+# program's own ``readline`` (a function, ``const readline = require("readline")``) shadows it. One line, put
+# after a hashbang and a "use strict" directive, so the program's line numbers and strictness stay as written.
+_JS_READLINE = (
+    ";(() => { if (typeof globalThis.readline !== 'undefined') return; let lines = null, next = 0;"
+    " globalThis.readline = () => { if (lines === null) { const fs = typeof require === 'function'"
+    " ? require('fs') : process.getBuiltinModule('fs'); lines = fs.readFileSync(0, 'utf8').split(/\\r?\\n/);"
+    " if (lines[lines.length - 1] === '') lines.pop(); } return next < lines.length ? lines[next++] : undefined;"
+    " }; })();"
+)
+_JS_PROLOGUE = re.compile(r"\A(?:#![^\n]*\n)?(?:\s*(?:'use strict'|\"use strict\")[ \t]*;?)?")
+
+
+def _with_js_readline(code: str) -> str:
+    """``code`` with the global ``readline()`` above defined before it runs."""
+    prologue = _JS_PROLOGUE.match(code)
+    end = prologue.end() if prologue else 0
+    return code[:end] + _JS_READLINE + code[end:]
+
+
 def _call_program(code: str, language: str, function: str, arguments: list[Any]) -> str | None:
     if not re.fullmatch(r"[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)*", function):
         return None
@@ -334,7 +369,10 @@ def run_test_cases(
     Without ``function_to_call`` the input is the program's stdin and its stdout must equal the expected
     output (whitespace-normalised). With it, the input holds the call's arguments (one JSON/Python literal,
     or shell-style words) and the printed ``repr`` (Python) / ``JSON.stringify`` (JavaScript) of the return
-    value must equal the expected output. Metrics: ``pass_rate``, ``test_results`` (JSON details).
+    value must equal the expected output. A JavaScript program fed stdin also has a global ``readline()``
+    (the next line, ``undefined`` at the end), as judges' JavaScript shells provide. Metrics: ``pass_rate``,
+    ``test_results`` (JSON details; each test's ``actual_output`` without trailing whitespace, an ``error``
+    for a failed run: "Execution timed out: ..." for a run stopped by a time limit).
     """
     language = _canonical_language(language)
     if not test_cases:
@@ -359,7 +397,8 @@ def run_test_cases(
                 return invalid(f"Cannot call {function_to_call!r} with input {test_input[:100]!r}")
             result = run_code(program, language, limits=limits, strict=strict)
         else:
-            result = run_code(code, language, stdin=test_input, limits=limits, strict=strict)
+            program = _with_js_readline(code) if language == "javascript" else code
+            result = run_code(program, language, stdin=test_input, limits=limits, strict=strict)
         if _infrastructure_failure(result):
             infrastructure = result.reason
             entry.update(passed=False, error=result.reason)
@@ -369,9 +408,9 @@ def run_test_cases(
             expected, language, bool(function_to_call)
         )
         passed += ok
-        entry.update(passed=ok, actual_output=result.stdout[:500], status=result.status)
+        entry.update(passed=ok, actual_output=_shown_output(result.stdout, 500), status=result.status)
         if not result.ok:
-            entry["error"] = result.reason
+            entry["error"] = _run_error(result)
         details.append(entry)
     if infrastructure is not None:
         return invalid(f"Sandbox could not run the tests: {infrastructure}", "pass_rate")
@@ -461,7 +500,7 @@ def deepcoder_code_reward(
     """
     if (failure := _e2b_unavailable(environment)) is not None:
         return failure
-    code, failure = _code_from(messages, language)
+    code, failure = _code_from(messages, language, missing=f"No {language} code block found in the response.")
     if failure is not None:
         return failure
     assert code is not None
@@ -496,21 +535,39 @@ def _extract_apps_code(text: str) -> str | None:
     return cleaned
 
 
-def _calls_main(code: str) -> bool | None:
-    """Whether module-level code calls ``main()``; ``None`` when there is no ``def main`` (or no parse)."""
-    try:
-        tree = ast.parse(code)
-    except SyntaxError:
-        return None
-    if not any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body):
-        return None
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef):
-            continue
-        for sub in ast.walk(node):
-            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id == "main":
-                return True
-    return False
+# Compiles the solution (read from stdin; nothing of it runs) and reports, as one JSON line, its syntax error or
+# whether it defines ``main()`` without calling it at module level. It runs in the sandbox, not here: the
+# compiler turns warnings into SyntaxErrors under the caller's ``-W error`` and would otherwise print the model's
+# warnings into the caller's session, and changing warning filters here is not thread-safe.
+_PY_INSPECT = """
+import ast, json, sys, warnings
+warnings.simplefilter("ignore")
+try:
+    tree = compile(sys.stdin.read(), "<solution>", "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+    compile(tree, "<solution>", "exec", dont_inherit=True)
+except SyntaxError as exc:
+    print(json.dumps({"syntax_error": f"{type(exc).__name__}: {exc.msg} (line {exc.lineno})"}))
+    raise SystemExit(0)
+bodies = [n for n in tree.body if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+calls = any(isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id == "main"
+            for n in bodies for c in ast.walk(n))
+defines = any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body)
+print(json.dumps({"syntax_error": None, "main_uncalled": defines and not calls}))
+"""
+
+
+def _inspect_solution(code: str, limits: Limits, strict: bool) -> tuple[ExecutionResult, dict[str, Any]]:
+    """The inspection run and what it found (``{}`` when it could not say, e.g. a parser out of memory: then
+    the tests decide)."""
+    result = run_code(_PY_INSPECT, "python", stdin=code, limits=limits, strict=strict)
+    if result.ok:
+        try:
+            found = json.loads(result.stdout.strip().splitlines()[-1])
+        except (json.JSONDecodeError, IndexError):
+            found = None
+        if isinstance(found, dict):
+            return result, found
+    return result, {}
 
 
 def _apps_lines_equal(actual: str, expected: Any) -> bool:
@@ -552,11 +609,25 @@ def evaluate_apps_solution(
     code defines that class) and its return value must equal the output. ``execution_timeout`` (kwarg,
     default 10 s) bounds each run. Metrics: ``pass_rate``, ``test_results``.
 
+    The solution is compiled once in the sandbox before any test: one that does not compile scores 0 with
+    ``Execution Error: SyntaxError: ...`` in the reason and an ``execution_error_details`` metric (JSON with
+    ``error``), whatever the tests are. An empty answer scores 0 like an empty solution.
+
     Differences from reward-kit (deliberate): call-based problems (``fn_name``) are evaluated as calls
     (reward-kit deleted ``fn_name`` and ran every problem as a stdin script, so correct function solutions
-    scored 0); a last message with no content is an invalid result instead of an ``AttributeError``.
+    scored 0); a last message with no content (``None``) is an invalid result instead of an
+    ``AttributeError``; a ground truth with no test cases is an invalid result naming the counts (reward-kit:
+    a valid 0, "no results"), since there is nothing to score the solution on.
     """
-    text, why = assistant_text(messages)
+    if not messages:
+        return EvaluateResult(
+            score=0.0,
+            reason="No messages provided.",
+            is_score_valid=False,
+            error="No messages provided.",
+            metrics={"error": metric(0.0, "No messages provided for evaluation.", valid=False)},
+        )
+    text, why = assistant_text(messages, allow_empty=True)  # an empty answer is an empty solution: 0
     if text is None:
         return invalid(why)
     code = _extract_apps_code(text)
@@ -581,11 +652,25 @@ def evaluate_apps_solution(
             "Invalid ground_truth: expected {'inputs': [...], 'outputs': [...]} (dict or JSON string)."
         )
     inputs, outputs = spec["inputs"], spec["outputs"]
+    limits = _limits(float(kwargs.get("execution_timeout", 10)))
+    inspection, found = _inspect_solution(code, limits, _strict(kwargs))
+    if _infrastructure_failure(inspection):
+        return invalid(f"Sandbox could not run the tests: {inspection.reason}", "pass_rate")
+    if found.get("syntax_error"):  # no test could pass, whatever the tests are
+        error = str(found["syntax_error"])
+        return EvaluateResult(
+            score=0.0,
+            reason=f"Execution Error: {error}. The solution does not compile; no test was run."
+            + inspection.isolation_note,
+            metrics={
+                "pass_rate": metric(0.0, f"0/{len(inputs)}"),
+                "execution_error_details": metric(0.0, json.dumps({"error": error})),
+            },
+        )
     if not inputs or len(inputs) != len(outputs):
         return invalid(f"Invalid ground_truth: {len(inputs)} inputs for {len(outputs)} outputs.")
-    limits = _limits(float(kwargs.get("execution_timeout", 10)))
     fn_name = spec.get("fn_name")
-    if not fn_name and _calls_main(code) is False:
+    if not fn_name and found.get("main_uncalled") is True:
         code += "\n\nmain()\n"
     passed = 0
     details: list[dict[str, Any]] = []
@@ -613,7 +698,7 @@ def evaluate_apps_solution(
             return invalid(f"Sandbox could not run the tests: {result.reason}", "pass_rate")
         passed += ok
         details.append({"test_number": number, "passed": ok, "status": result.status, "reason": result.reason,
-                        "actual_output": result.stdout[:300]})  # fmt: skip
+                        "actual_output": _shown_output(result.stdout, 300)})  # fmt: skip
     score = passed / len(inputs)
     reason = f"Passed {passed}/{len(inputs)} test cases."
     if (failure_detail := next((d for d in details if not d["passed"]), None)) is not None:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pytest_reward.rewards import (
     deepcoder_code_reward,
@@ -172,6 +175,50 @@ def test_fractional_code_reward_javascript_tests() -> None:
     )
 
 
+JS_SUM_LINES = "let line, total = 0;\nwhile ((line = readline()) !== undefined) total += Number(line);\nconsole.log(total);"
+
+
+@needs_node
+@settings(max_examples=8, deadline=None)
+@given(
+    numbers=st.lists(st.integers(-1000, 1000), max_size=6),
+    newline=st.sampled_from(["\n", "\r\n"]),
+    final_newline=st.booleans(),
+)
+def test_javascript_tests_can_read_stdin_with_readline(
+    numbers: list[int], newline: str, final_newline: bool
+) -> None:
+    # Judges' JavaScript shells provide a global readline(); Node does not, so the programs failed here.
+    stdin = newline.join(map(str, numbers)) + (newline if final_newline and numbers else "")
+    result = deepcoder_code_reward(
+        messages=answer(JS_SUM_LINES, "javascript"),
+        ground_truth=[{"input": stdin, "expected_output": str(sum(numbers))}],
+        language="javascript",
+    )
+    assert result.score == 1.0, result.reason
+
+
+@needs_node
+def test_javascript_readline_keeps_the_programs_own_definitions_strictness_and_line_numbers() -> None:
+    own = "function readline() { return '5'; }\nconsole.log(Number(readline()) * 2);"
+    node_module = (
+        "const readline = require('readline');\nconst lines = [];\n"
+        "readline.createInterface({ input: process.stdin }).on('line', (l) => lines.push(l))"
+        ".on('close', () => console.log(lines.length));"
+    )
+    strict = (
+        "#!/usr/bin/env node\n'use strict';\nconst strict = (function () { return this === undefined; })();\n"
+        "console.log(readline(), strict, new Error().stack.split('\\n')[1].match(/main\\.js:(\\d+)/)[1]);"
+    )
+    for code, expected in [(own, "10"), (node_module, "3"), (strict, "a true 4")]:
+        result = fractional_code_reward(
+            messages=answer(code, "javascript"),
+            ground_truth=[{"input": "a\nb\nc\n", "expected_output": expected}],
+            language="javascript",
+        )
+        assert result.score == 1.0, (code, result.metrics["test_results"].reason)
+
+
 # --- deepcoder_code_reward -------------------------------------------------------------------------------
 
 
@@ -242,6 +289,30 @@ def test_evaluate_apps_solution_call_based_problems_are_called() -> None:
         ).score
         == 1.0
     )
+
+
+def test_evaluate_apps_solution_ignores_the_callers_warning_filters() -> None:
+    # Bug: the solution was parsed in this process, so under `-W error` the invalid escape "\d" made
+    # `ast.parse` fail, the uncalled main() was not called and a correct solution scored 0; without `-W error`
+    # the model's DeprecationWarning landed in the caller's session.
+    code = 'import re\ndef main():\n    print(len(re.findall("\\d+", input())))'
+    ground_truth = {"inputs": ["a1 b22 c333\n"], "outputs": ["3\n"]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert evaluate_apps_solution(messages=answer(code), ground_truth=ground_truth).score == 1.0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        evaluate_apps_solution(messages=answer(code), ground_truth=ground_truth)
+    from_the_solution = [w for w in caught if issubclass(w.category, (DeprecationWarning, SyntaxWarning))]
+    assert from_the_solution == []
+
+
+def test_evaluate_apps_solution_without_test_cases_is_invalid() -> None:
+    # reward-kit bug: no test cases gave a valid 0 ("no results"), a score the solution did not earn.
+    for tests in ({"inputs": [], "outputs": []}, {"inputs": ["1"], "outputs": []}):
+        result = evaluate_apps_solution(messages=answer("print(input())"), ground_truth=tests)
+        assert (result.score, result.is_score_valid) == (0.0, False)
+        assert "inputs for" in (result.reason or "")
 
 
 def test_evaluate_apps_solution_bad_inputs() -> None:

@@ -2,7 +2,8 @@
 
 The conformance count (reward-kit's reward tests run against these built-ins, with the exclusions) is in
 ``docs/rewards.md``. These tests pin the behaviour that count measured: the deprecated tool-call aliases, the
-reason wording that tools match on, multiple-choice edge cases and ``deepseek_prover_v2_reward``'s subgoal bonus.
+reason wording that tools match on, multiple-choice edge cases, ``deepseek_prover_v2_reward``'s subgoal bonus and
+what the code-execution rewards report about a run (test details, failed runs, missing code, APPS edge cases).
 """
 
 from __future__ import annotations
@@ -20,11 +21,15 @@ from pytest_reward.decorator import get_spec, is_reward_function
 from pytest_reward.models import EvaluateResult
 from pytest_reward.rewards import (
     composite_function_call_reward,
+    deepcoder_code_reward,
     deepseek_prover_v2_reward,
+    evaluate_apps_solution,
     exact_tool_match_reward,
+    fractional_code_reward,
     lean_prover_reward,
     list_comparison_math_reward,
     llm_judge_reward,
+    local_code_execution_reward,
     math_reward,
     multiple_choice_math_reward,
     schema_jaccard_reward,
@@ -338,3 +343,113 @@ def test_deepseek_prover_v2_bonus_never_lowers_or_exceeds(lines: list[str], trut
     else:
         assert result.score == base.score
     assert all(0.0 <= m.score <= 1.0 for m in result.metrics.values())
+
+
+# --- code-execution rewards ------------------------------------------------------------------------------
+
+
+def fenced(code: str, language: str = "python") -> list[dict[str, Any]]:
+    return conv(f"Here it is:\n```{language}\n{code}\n```")
+
+
+def test_details(result: EvaluateResult) -> list[dict[str, Any]]:
+    details = json.loads(result.metrics["test_results"].reason)
+    assert isinstance(details, list)
+    return details
+
+
+test_details.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test
+
+
+@pytest.mark.parametrize(
+    ("test_input", "value"),
+    [
+        ("7", 7),
+        ("'abc'", "abc"),
+        ("[3, 1, 2]", [3, 1, 2]),
+        ("{'k': [1, None]}", {"k": [1, None]}),
+        ("", None),
+    ],
+)
+def test_call_details_show_the_printed_value_without_its_line_break(test_input: str, value: Any) -> None:
+    code = "def echo(*args):\n    return args[0] if args else None"
+    result = fractional_code_reward(
+        messages=fenced(code),
+        ground_truth=[{"input": test_input, "expected_output": repr(value)}],
+        function_to_call="echo",
+    )
+    assert result.score == 1.0
+    assert test_details(result)[0]["actual_output"] == repr(value)
+
+
+def test_stdin_details_drop_trailing_line_breaks_only() -> None:
+    code = "print('  indented')\nprint('last  ')\nprint()"
+    result = fractional_code_reward(
+        messages=fenced(code), ground_truth=[{"input": "", "expected_output": "x"}]
+    )
+    assert test_details(result)[0]["actual_output"] == "  indented\nlast"
+
+
+@pytest.mark.parametrize("reward", [local_code_execution_reward, fractional_code_reward])
+def test_failed_run_metric_says_execution_failed_with_error(reward: Callable[..., EvaluateResult]) -> None:
+    result = reward(messages=fenced("print(1 + missing_name)"), ground_truth="5")
+    assert (result.score, result.is_score_valid) == (0.0, True)
+    detail = result.metrics["execution_result"].reason
+    assert "Code execution failed with error: exited with status 1: NameError" in detail
+
+
+def test_deepcoder_missing_code_block_wording() -> None:
+    result = deepcoder_code_reward(
+        messages=conv("I would loop over the input."),
+        ground_truth=[{"input": "1", "expected_output": "1"}],
+        language="python",
+    )
+    assert (result.score, result.is_score_valid) == (0.0, True)
+    assert result.metrics["error"].reason == "No python code block found in the response."
+
+
+def test_timed_out_test_says_timed_out() -> None:
+    result = deepcoder_code_reward(
+        messages=fenced("import time\ntime.sleep(30)"),
+        ground_truth=[{"input": "", "expected_output": "done"}],
+        language="python",
+        timeout=1,
+    )
+    assert (result.score, result.is_score_valid) == (0.0, True)
+    [detail] = test_details(result)
+    assert detail["status"] == "timeout"
+    assert detail["error"].startswith("Execution timed out: wall-clock timeout after 1 s")
+
+
+def test_apps_without_messages() -> None:
+    result = evaluate_apps_solution(messages=[], ground_truth="{}")
+    assert (result.score, result.is_score_valid, result.reason) == (0.0, False, "No messages provided.")
+    assert result.metrics["error"].reason == "No messages provided for evaluation."
+
+
+@pytest.mark.parametrize("content", ["", "<think>I am not sure.</think>", "```python\n```"])
+def test_apps_empty_answer_is_an_empty_solution(content: str) -> None:
+    result = evaluate_apps_solution(messages=conv(content), ground_truth="{}")
+    assert (result.score, result.is_score_valid) == (0.0, True)
+    assert result.reason == "The provided code solution was empty after extraction."
+    assert result.metrics["parsability"].reason == "Empty code solution after extraction."
+
+
+@pytest.mark.parametrize(
+    ("content", "error"),
+    [
+        ("def f():\n  return 1 oops", "SyntaxError: invalid syntax (line 2)"),
+        ("Sorry, I can't help with that.", "SyntaxError: unterminated string literal"),
+        ("x = 1\nreturn x", "SyntaxError: 'return' outside function (line 2)"),  # found by the compiler
+        ("if True:\nprint(1)", "IndentationError: expected an indented block"),
+    ],
+)
+@pytest.mark.parametrize("tests", [{"inputs": [], "outputs": []}, {"inputs": ["1"], "outputs": ["1"]}])
+def test_apps_solution_that_does_not_compile_scores_zero_whatever_the_tests(
+    content: str, error: str, tests: dict[str, list[str]]
+) -> None:
+    result = evaluate_apps_solution(messages=conv(content), ground_truth=json.dumps(tests))
+    assert (result.score, result.is_score_valid) == (0.0, True)
+    assert (result.reason or "").startswith(f"Execution Error: {error}")
+    assert error in json.loads(result.metrics["execution_error_details"].reason)["error"]
+    assert "test_results" not in result.metrics  # nothing was run

@@ -2,37 +2,48 @@
 PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed
+PIP    := $(PY) -m pip install --quiet --disable-pip-version-check
+# One stamp per extra set, each re-installed only when the project metadata changes (idempotent):
+# `make demo` installs the runtime and the JAX extra (what the example projects run); `make test` adds the dev
+# extra (pytest-xdist, hypothesis, ruff, import-linter, the server's packages, torch for the parity tests ...).
+DEMO_STAMP := $(VENV)/.installed-demo
+TEST_STAMP := $(VENV)/.installed-test
 
 .PHONY: demo test test-clients lint bench clean venv
 
-venv: $(STAMP)
+venv: $(TEST_STAMP)
 
-# Re-install only when the project metadata changes (idempotent).
-$(STAMP): pyproject.toml
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
-	@touch $(STAMP)
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) --upgrade pip
 
-demo: $(STAMP)
+$(DEMO_STAMP): pyproject.toml | $(PY)
+	$(PIP) -e '.[jax]'
+	@touch $@
+
+# The dev extra contains the jax extra: a test install is a demo install too.
+$(TEST_STAMP): pyproject.toml | $(PY)
+	$(PIP) -e '.[dev]'
+	@touch $@ $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(PY) examples/demo.py
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(PY) -m pytest -n 2 tests
 	$(PY) -m ruff check pytest_reward tests bench examples
 	$(VENV)/bin/lint-imports
 
 # The contract tests against real trainer clients (OpenRLHF, verl, reward-kit), installed from the package
 # registry into ~/.cache/pytest-reward/clients; deselected in `make test`. A failed install fails, never skips.
-test-clients: $(STAMP)
+test-clients: $(TEST_STAMP)
 	PYTEST_REWARD_CLIENTS=1 $(PY) -m pytest -m clients tests/deploy
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(PY) -m ruff check pytest_reward tests bench examples
 	$(VENV)/bin/lint-imports
 
-bench: $(STAMP)
+bench: $(TEST_STAMP)
 	$(PY) bench/run_all.py
 
 clean:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from .samples import not_a_regular_file
 from .thresholds import GateError, Gates, parse_quantile_text, validate_marker
 
 __all__ = ["OPTIONS", "Option", "Settings", "register", "resolve"]
@@ -516,6 +517,8 @@ def _expand_samples(values: list[str], base: Path) -> tuple[Path, ...]:
             pattern = str(base / pattern)
         if any(c in value for c in "*?["):
             matches = sorted(Path(p) for p in glob.glob(pattern, recursive=True))
+            for m in matches:
+                _refuse_special(f"--reward-samples {value}: {m}", m)
             files = [m for m in matches if m.is_file()]
             if not files:
                 raise pytest.UsageError(f"--reward-samples {value}: no file matches this pattern")
@@ -527,10 +530,31 @@ def _expand_samples(values: list[str], base: Path) -> tuple[Path, ...]:
                 )
             if not path.exists():
                 raise pytest.UsageError(f"--reward-samples {value}: file not found")
+            _refuse_special(f"--reward-samples {value}", path)
             files = [path]
         for f in files:
             out.setdefault(f.resolve(), None)
     return tuple(out)
+
+
+def _refuse_special(source: str, path: Path) -> None:
+    """Usage error when ``path`` is a FIFO, socket or device: read, it would block or never end (a ``stat``, never
+    an ``open``)."""
+    kind = not_a_regular_file(path)
+    if kind is not None:
+        raise pytest.UsageError(
+            f"{source}: is {kind}, not a regular file; samples files must be JSONL files on disk"
+        )
+
+
+def _check_positional_samples(args: list[str], base: Path) -> None:
+    """A ``.jsonl`` path argument that is a FIFO, socket or device is a usage error naming it (pytest would report
+    it as "not found", or collect nothing)."""
+    for arg in args:
+        head = arg.split("::", 1)[0]
+        if head.endswith(".jsonl"):
+            path = Path(os.path.expanduser(head))
+            _refuse_special(head, path if path.is_absolute() else base / path)
 
 
 def _positive(name: str, value: int, source: str, minimum: int = 1) -> int:
@@ -541,6 +565,7 @@ def _positive(name: str, value: int, source: str, minimum: int = 1) -> int:
 
 def resolve(config: pytest.Config) -> Settings:
     """Resolve and validate all settings. Raises ``pytest.UsageError`` naming the bad value's source."""
+    _check_positional_samples(list(config.args), config.invocation_params.dir)
     values: dict[str, tuple[Any, str]] = {}
     for opt in OPTIONS:
         raw, source = _raw(config, opt)

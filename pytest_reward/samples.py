@@ -7,6 +7,11 @@ for this sample). Every other key is forwarded to the reward function as a keywo
 
 The reader never holds more than one line in memory: files are read in binary, line by line, with a size cap
 (lines over it are reported, not loaded). UTF-8 with or without BOM; CRLF line ends; blank lines skipped.
+
+Whatever a line holds, it costs at most that line: JSON nested deeper than ``MAX_DEPTH`` levels, an integer longer
+than Python's digit limit (``sys.get_int_max_str_digits()``, 4300 by default) or a number too large for a float
+is a ``SampleError`` for that line, like any other malformed line, never an exception that loses the file. Only
+regular files are read: a FIFO, socket or device is reported without being opened for a blocking read.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import hashlib
 import json
 import math
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,16 +30,22 @@ from .errors import SampleFormatError
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
+    "MAX_DEPTH",
     "Expect",
     "Sample",
     "SampleError",
     "count_lines",
     "iter_samples",
+    "not_a_regular_file",
     "parse_expect",
     "parse_record",
 ]
 
 DEFAULT_MAX_LINE_BYTES = 8 * 1024 * 1024
+#: Deepest accepted nesting of a line (the line's object is level 1), as serde_json's default limit. A fixed limit, so
+#: that whether a line is accepted never depends on how deep in the call stack it happens to be decoded, and so that
+#: whatever is done with a sample later (hashing, copying, reports) stays far from the recursion limit.
+MAX_DEPTH = 128
 _BOM = b"\xef\xbb\xbf"
 _MISSING: Any = object()
 _RESERVED = frozenset(("messages", "prompt", "id", "ground_truth", "ground_truth_for_eval", "expect"))
@@ -205,9 +217,15 @@ def _check_message(i: int, msg: Any) -> None:
 
 
 def _number(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise SampleFormatError(f"{where} must be a finite number, got {_describe(value)}")
-    return float(value)
+    try:
+        out = float(value)  # an integer too large for a float raises OverflowError
+    except OverflowError:
+        out = math.inf
+    if not math.isfinite(out):
+        raise SampleFormatError(f"{where} must be a finite number, got {_describe(value)}")
+    return out
 
 
 def _parse_bound(spec: Any, where: str) -> Bound:
@@ -329,6 +347,93 @@ def _decode(text: str) -> Any:
     return json.loads(text)
 
 
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests lists and objects more than ``limit`` levels deep (``value`` itself is level 1).
+    Iterative: it must not recurse on exactly the values it is there to catch."""
+    if type(value) is not dict and type(value) is not list:
+        return False
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if type(item) is dict else item
+        for child in children:
+            if type(child) is dict or type(child) is list:
+                if depth >= limit:
+                    return True
+                stack.append((child, depth + 1))
+    return False
+
+
+_TOO_DEEP = f"nested more than {MAX_DEPTH} levels deep (arrays and objects inside each other)"
+
+
+def _read_line(text: str, path: Path, lineno: int) -> Sample | SampleError:
+    """One decoded, validated line, or the ``SampleError`` that says what is wrong with it."""
+    try:
+        record = _decode(text)
+    except json.JSONDecodeError as exc:
+        return SampleError(path, lineno, f"invalid JSON: {exc.msg} at column {exc.colno}")
+    except RecursionError:  # nested deeper than the decoder can follow from here
+        return SampleError(path, lineno, _TOO_DEEP)
+    except ValueError as exc:  # an integer over Python's digit limit (sys.set_int_max_str_digits)
+        return SampleError(path, lineno, f"invalid JSON: {exc}")
+    # Depth is at most the number of opening brackets: only lines with many of them are walked.
+    if text.count("[") + text.count("{") > MAX_DEPTH and _deeper_than(record, MAX_DEPTH):
+        return SampleError(path, lineno, _TOO_DEEP)
+    try:
+        return parse_record(record, path, lineno)
+    except SampleFormatError as exc:
+        return SampleError(path, lineno, str(exc))
+
+
+def not_a_regular_file(path: str | os.PathLike[str]) -> str | None:
+    """What ``path`` is when it exists but is not a regular file or a directory ("a FIFO (named pipe)", "a
+    socket", "a character device", "a block device"); None otherwise. A ``stat``: it never opens ``path``."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    return _special_kind(mode)
+
+
+def _special_kind(mode: int) -> str | None:
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    return "not a regular file"
+
+
+def _open_regular(path: Path) -> tuple[Any, str | None]:
+    """``(binary file, None)`` for a regular file; ``(None, what it is)`` for anything else. Opened non-blocking and
+    checked on the open descriptor: opening a FIFO never waits for a writer, and nothing can be swapped in between
+    the check and the read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    except OSError:
+        kind = not_a_regular_file(path)  # a socket cannot be opened at all (ENXIO)
+        if kind is None:
+            raise
+        return None, kind
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = _special_kind(mode) or "a directory"
+            os.close(fd)
+            return None, kind
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb"), None
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def _skip_rest_of_line(fh: Any, chunk: int = 1 << 20) -> int:
     """Consume the remainder of an over-long line; return how many bytes were skipped."""
     skipped = 0
@@ -342,9 +447,16 @@ def _skip_rest_of_line(fh: Any, chunk: int = 1 << 20) -> int:
 def iter_samples(
     path: str | os.PathLike[str], *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
 ) -> Iterator[Sample | SampleError]:
-    """Yield a ``Sample`` or a ``SampleError`` for every non-blank line of ``path``, streaming."""
+    """Yield a ``Sample`` or a ``SampleError`` for every non-blank line of ``path``, streaming. A path that is not
+    a regular file (a FIFO, a socket, a device) is one ``SampleError`` at line 1, and is not read."""
     path = Path(path)
-    with open(path, "rb") as fh:
+    fh, kind = _open_regular(path)
+    if fh is None:
+        yield SampleError(
+            path, 1, f"{path} is {kind}, not a regular file: samples files must be files on disk"
+        )
+        return
+    with fh:
         lineno = 0
         while True:
             raw = fh.readline(max_line_bytes + 1)
@@ -371,21 +483,17 @@ def iter_samples(
                     path, lineno, f"not valid UTF-8 (byte {exc.start}: {raw[exc.start : exc.start + 1]!r})"
                 )
                 continue
-            try:
-                record = _decode(text)
-            except json.JSONDecodeError as exc:
-                yield SampleError(path, lineno, f"invalid JSON: {exc.msg} at column {exc.colno}")
-                continue
-            try:
-                yield parse_record(record, path, lineno)
-            except SampleFormatError as exc:
-                yield SampleError(path, lineno, str(exc))
+            yield _read_line(text, path, lineno)
 
 
 def count_lines(path: str | os.PathLike[str], *, limit: int | None = None) -> int:
-    """Number of lines (a fast byte scan; stops early once ``limit`` is exceeded)."""
+    """Number of lines (a fast byte scan; stops early once ``limit`` is exceeded). 0 for a path that is not a
+    regular file (it is not read: :func:`iter_samples` reports it)."""
     count = 0
-    with open(path, "rb") as fh:
+    fh, _ = _open_regular(Path(path))
+    if fh is None:
+        return 0
+    with fh:
         tail = b"\n"
         while True:
             chunk = fh.read(1 << 20)

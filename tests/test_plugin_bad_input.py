@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
 
 import pytest
 
@@ -199,7 +201,7 @@ BROKEN = """
         if kind == "none":
             return None
         if kind == "tuple":
-            return (0.5, {"m": 0.5})
+            return (0.5, "m")
         if kind == "invalid":
             return EvaluateResult(score=0.0, is_score_valid=False, reason="judge unavailable")
         if kind == "error":
@@ -217,7 +219,7 @@ BROKEN = """
         ("nan", "score is nan: a reward must be a finite number"),
         ("inf", "score is inf: a reward must be a finite number"),
         ("none", "broken returned None: expected EvaluateResult (or a dict with 'score')"),
-        ("tuple", "broken returned tuple (0.5, {'m': 0.5}): expected EvaluateResult*"),
+        ("tuple", "broken returned tuple (0.5, 'm'): expected EvaluateResult*"),
         ("invalid", "the result is marked is_score_valid=False: judge unavailable"),
         ("error", "the reward function reported an error: timeout calling judge"),
     ],
@@ -274,3 +276,97 @@ def test_nothing_found_says_where_it_looked(project):
             "*main.py reward_*.py *_reward.py rewards.py (ini reward_modules)*",
         ]
     )
+
+
+# --- a bad line is a line error, never a lost file (issue 13, point 5) ---------------------------------------------
+
+DEEP = json.dumps(GOOD)[:-1] + ', "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+HUGE_INT = json.dumps(GOOD)[:-1] + ', "x": ' + "7" * 5000 + "}"
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (DEEP, "nested more than 128 levels deep (arrays and objects inside each other)"),
+        (HUGE_INT, "invalid JSON: Exceeds the limit (4300 digits) for integer string conversion*"),
+    ],
+    ids=["100k-deep", "5000-digits"],
+)
+def test_line_that_breaks_the_json_decoder_is_a_line_error_in_sample_granularity(project, line, message):
+    """Regression: the whole file was lost (a collection error, exit 2)."""
+    project.file("rewards.py", SCORER)
+    project.jsonl("s.jsonl", [GOOD, line, GOOD])
+    result = project.run("--reward-samples", "s.jsonl", "--reward-granularity", "sample")
+    result.assert_outcomes(passed=2, failed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([f"FAILED s.jsonl::line-2 - s.jsonl:2: {message[:40]}*"])
+    _check_clean(result)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (DEEP, "nested more than 128 levels deep (arrays and objects inside each other)"),
+        (HUGE_INT, "invalid JSON: Exceeds the limit (4300 digits) for integer string conversion*"),
+    ],
+    ids=["100k-deep", "5000-digits"],
+)
+def test_line_that_breaks_the_json_decoder_is_a_line_error_in_file_granularity(project, line, message):
+    """Regression: the file's one item failed with the RecursionError / ValueError and no sample was scored."""
+    project.file("rewards.py", SCORER)
+    project.jsonl("s.jsonl", [GOOD, line, GOOD])
+    result = project.run("--reward-samples", "s.jsonl", "--reward-granularity", "file")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*1 of 3 samples failed (echo on s.jsonl)*", f"*s.jsonl:2 [[]line-2[]]  {message}"]
+    )
+    # The good lines were scored: two rows at score 1, the bad one an error.
+    result.stdout.fnmatch_lines(["echo *| s.jsonl | 3 (1 err) | 0.667 | 0.000 |*"])
+    _check_clean(result)
+
+
+def _special_files(path, monkeypatch):
+    """A FIFO and a bound unix socket, each named like a samples file (bound by a relative name: a unix socket's
+    path must be short)."""
+    os.mkfifo(path / "pipe.jsonl")
+    monkeypatch.chdir(path)
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind("sock.jsonl")
+    return sock
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ("--reward-samples", "pipe.jsonl"),
+            "--reward-samples pipe.jsonl: is a FIFO (named pipe), not a regular file*",
+        ),
+        (("--reward-samples", "sock.jsonl"), "--reward-samples sock.jsonl: is a socket, not a regular file*"),
+        (
+            ("--reward-samples", "/dev/null"),
+            "--reward-samples /dev/null: is a character device, not a regular file*",
+        ),
+        (
+            ("--reward-samples", "p*.jsonl"),
+            "--reward-samples p?.jsonl: */pipe.jsonl: is a FIFO (named pipe)*",
+        ),
+        (("pipe.jsonl",), "pipe.jsonl: is a FIFO (named pipe), not a regular file*"),
+        (("sock.jsonl::echo",), "sock.jsonl: is a socket, not a regular file*"),
+    ],
+    ids=["fifo", "socket", "device", "glob", "positional-fifo", "positional-socket"],
+)
+def test_fifo_socket_or_device_as_samples_file_is_a_usage_error_naming_it(
+    project, monkeypatch, args, message
+):
+    """Regression: these ran nothing and exited 5 ("no tests ran"), or pytest said "not found". Opening a FIFO
+    without a writer would block: the check never opens it (a hang here would be the bug)."""
+    project.file("rewards.py", SCORER)
+    project.jsonl("good.jsonl", [GOOD])
+    sock = _special_files(project.path, monkeypatch)
+    try:
+        result = project.run(*args)
+    finally:
+        sock.close()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: {message}samples files must be JSONL files on disk"])

@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
+import sys
+import threading
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_reward.samples import Sample, SampleError, count_lines, iter_samples, parse_expect
+from pytest_reward.samples import (
+    MAX_DEPTH,
+    Sample,
+    SampleError,
+    count_lines,
+    iter_samples,
+    not_a_regular_file,
+    parse_expect,
+)
 
 GOOD = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}
 
@@ -212,7 +224,10 @@ _message_like = st.one_of(
         {},
         optional={
             "role": st.sampled_from(["user", "assistant", "", " ", "\t"]) | st.integers() | st.none(),
-            "content": st.text(max_size=5) | st.none() | st.integers() | st.lists(st.just({"type": "text"}), max_size=2),
+            "content": st.text(max_size=5)
+            | st.none()
+            | st.integers()
+            | st.lists(st.just({"type": "text"}), max_size=2),
             "tool_calls": st.none() | st.lists(st.just({}), max_size=1) | st.just("x"),
         },
     ),
@@ -240,3 +255,118 @@ def test_inline_message_check_agrees_with_the_full_check(messages):
     except SampleFormatError as exc:
         got = str(exc)
     assert got == full()
+
+
+# --- a bad line costs that line, never the file (issue 13, point 5) -------------------------------------------------
+
+PREFIX = '{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}], "x": '
+
+
+def between_good_lines(tmp_path: Path, line: str) -> list[Sample | SampleError]:
+    good = json.dumps(GOOD)
+    return records(write(tmp_path, f"{good}\n{line}\n{good}\n".encode()))
+
+
+def test_a_100k_deep_line_is_a_line_error(tmp_path):
+    """Regression: json's RecursionError escaped the reader and lost the whole file."""
+    out = between_good_lines(tmp_path, PREFIX + "[" * 100_000 + "]" * 100_000 + "}")
+    assert [type(r) for r in out] == [Sample, SampleError, Sample]
+    assert out[1].location == "s.jsonl:2"
+    assert (
+        out[1].message == f"nested more than {MAX_DEPTH} levels deep (arrays and objects inside each other)"
+    )
+
+
+def test_a_5000_digit_integer_is_a_line_error(tmp_path):
+    """Regression: the ValueError of Python's int digit limit escaped the reader and lost the whole file."""
+    out = between_good_lines(tmp_path, PREFIX + "7" * 5000 + "}")
+    assert [type(r) for r in out] == [Sample, SampleError, Sample]
+    assert out[1].message.startswith(
+        "invalid JSON: Exceeds the limit (4300 digits) for integer string conversion"
+    )
+
+
+@pytest.mark.parametrize("where", ['"score": 1{}', '"min": 1{}', '"metrics": {{"m": {{"max": 1{}}}}}'])
+def test_an_expectation_too_large_for_a_float_is_a_line_error(tmp_path, where):
+    """Regression: an integer bound over the float range raised OverflowError out of the reader."""
+    line = PREFIX + '0, "expect": {' + where.format("0" * 400) + "}}"
+    out = between_good_lines(tmp_path, line)
+    assert [type(r) for r in out] == [Sample, SampleError, Sample]
+    assert "must be a finite number" in out[1].message
+
+
+@given(depth=st.integers(1, 3000), opener=st.sampled_from(["[", '{"k": ']))
+def test_nesting_is_accepted_exactly_up_to_the_limit(tmp_path_factory, depth, opener):
+    """A line is an error exactly when it nests more than MAX_DEPTH levels (the line's object is level 1), whatever
+    the depth, from shallow to far beyond what json can decode."""
+    closer = "]" if opener == "[" else "}"
+    line = PREFIX + opener * depth + "0" + closer * depth + "}"
+    out = between_good_lines(tmp_path_factory.mktemp("deep"), line)
+    assert [type(r) for r in out][::2] == [Sample, Sample]
+    assert isinstance(out[1], SampleError) == (depth + 1 > MAX_DEPTH)
+
+
+def test_the_depth_limit_does_not_depend_on_the_call_stack(tmp_path):
+    """The same line is accepted (or not) at the top of the stack and 600 frames down."""
+    path = write(
+        tmp_path, "\n".join(PREFIX + "[" * d + "]" * d + "}" for d in (MAX_DEPTH - 1, MAX_DEPTH)).encode()
+    )
+
+    def kinds_at(frames: int) -> list[type]:
+        return [type(r) for r in records(path)] if frames == 0 else kinds_at(frames - 1)
+
+    assert kinds_at(0) == kinds_at(600) == [Sample, SampleError]
+
+
+@given(digits=st.integers(1, 6000))
+def test_integers_are_accepted_exactly_up_to_pythons_digit_limit(tmp_path_factory, digits):
+    out = between_good_lines(tmp_path_factory.mktemp("int"), PREFIX + "9" * digits + "}")
+    assert [type(r) for r in out][::2] == [Sample, Sample]
+    assert isinstance(out[1], SampleError) == (digits > sys.get_int_max_str_digits())
+
+
+@given(st.lists(st.text(max_size=60) | st.binary(max_size=60).map(lambda b: b.decode("latin-1")), max_size=6))
+def test_any_bytes_give_one_record_per_non_blank_line_and_never_raise(tmp_path_factory, lines):
+    data = "\n".join(line.replace("\n", " ").replace("\r", " ") for line in lines).encode(
+        "utf-8", "surrogatepass"
+    )
+    out = records(write(tmp_path_factory.mktemp("any"), data))
+    non_blank = [
+        i + 1 for i, line in enumerate(data.split(b"\n")) if line.strip() and line != b"\xef\xbb\xbf"
+    ]
+    assert [r.line for r in out] == non_blank
+
+
+# --- FIFOs, sockets and devices: reported, never read ------------------------------------------------------------
+
+
+def _in_a_thread(fn):
+    """Run ``fn`` in a thread and give its result; a call that blocks fails the test instead of hanging it."""
+    box: list = []
+    worker = threading.Thread(target=lambda: box.append(fn()), daemon=True)
+    worker.start()
+    worker.join(timeout=60)
+    assert box, "blocked: the reader opened a FIFO for a blocking read"
+    return box[0]
+
+
+def test_a_fifo_is_one_error_and_is_never_waited_on(tmp_path):
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)
+    out = _in_a_thread(lambda: records(fifo))
+    assert len(out) == 1 and isinstance(out[0], SampleError) and out[0].location == "pipe.jsonl:1"
+    assert "is a FIFO (named pipe), not a regular file" in out[0].message
+    assert _in_a_thread(lambda: count_lines(fifo)) == 0
+    assert not_a_regular_file(fifo) == "a FIFO (named pipe)"
+
+
+def test_a_socket_and_a_device_are_named(tmp_path):
+    path = tmp_path / "sock.jsonl"
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(path))
+        assert not_a_regular_file(path) == "a socket"
+        assert "is a socket" in records(path)[0].message
+    assert not_a_regular_file("/dev/null") == "a character device"
+    assert "is a character device" in records(Path("/dev/null"))[0].message
+    assert not_a_regular_file(write(tmp_path, b"{}")) is None
+    assert not_a_regular_file(tmp_path) is None and not_a_regular_file(tmp_path / "missing") is None

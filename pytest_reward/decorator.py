@@ -7,8 +7,10 @@ Rules (reward-kit 0.4.1 semantics unless noted):
   ``ground_truth`` when annotated that way and not ``None``; in batch mode ``rollouts_messages`` annotated
   ``List[List[Message]]`` is coerced per rollout. Unlike reward-kit, ``Optional[List[Message]]`` and string
   annotations (``from __future__ import annotations``) are honoured too;
-* a returned ``EvaluateResult`` is passed through, a dict is validated into one, a legacy ``RewardOutput`` is
-  converted with a ``DeprecationWarning`` (once per function); anything else raises reward-kit's
+* a returned ``EvaluateResult`` is passed through, a dict is validated into one, a legacy ``RewardOutput`` or a
+  legacy ``(score, {metric: score | MetricResult})`` tuple (the old reward-kit decorator's "legacy return format")
+  is converted with a ``DeprecationWarning`` (once per function, attributed to the function's own line); anything
+  else, other tuples included, raises reward-kit's
   ``ValueError("Return value from function '<name>' failed Pydantic validation for mode '<mode>': ...")``;
 * user exceptions propagate unchanged; ``async def`` functions give an async wrapper;
 * ``mode="batch"``: the function takes lists and returns a list of results.
@@ -29,7 +31,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 from pydantic import TypeAdapter, ValidationError
 
 from .errors import RewardInputError, RewardReturnError
-from .models import EvaluateResult, Message, RewardOutput
+from .models import EvaluateResult, Message, MetricResult, RewardOutput
 from .spec import RewardSpec, is_reward_function
 
 __all__ = [
@@ -241,22 +243,72 @@ def _validation_failure(spec: RewardSpec, exc: ValidationError, value: Any) -> R
     )
 
 
+def _warn_legacy(spec: RewardSpec, what: str) -> None:
+    """One ``DeprecationWarning`` per function for a legacy return form. Attributed to the reward function's own
+    module and line, so that warning filters and reports point at the user's code. The flag is set only once the
+    warning went out (an "error" filter raises here)."""
+    if spec.legacy_warned:
+        return
+    code = spec.code
+    warnings.warn_explicit(
+        f"reward function '{spec.name}' returned {what}; return EvaluateResult instead "
+        "(support for this legacy form will be removed).",
+        DeprecationWarning,
+        filename=code[0] if code else "<reward function>",
+        lineno=code[1] if code else 0,
+        module=spec.module,
+        registry=None,
+    )
+    spec.legacy_warned = True
+
+
 def _from_legacy(spec: RewardSpec, result: RewardOutput) -> EvaluateResult:
-    if not spec.legacy_warned:
-        # Attributed to the reward function's own module and line, so that warning filters and reports point
-        # at the user's code. The flag is set only once the warning went out (an "error" filter raises here).
-        code = spec.code
-        warnings.warn_explicit(
-            f"reward function '{spec.name}' returned the legacy RewardOutput; return EvaluateResult instead "
-            "(RewardOutput support will be removed).",
-            DeprecationWarning,
-            filename=code[0] if code else "<reward function>",
-            lineno=code[1] if code else 0,
-            module=spec.module,
-            registry=None,
-        )
-        spec.legacy_warned = True
+    _warn_legacy(spec, "the legacy RewardOutput")
     return result.to_evaluate_result()
+
+
+_TUPLE_FORM = "(score, {metric: score | MetricResult})"
+
+
+def _from_tuple(spec: RewardSpec, result: tuple[Any, ...]) -> EvaluateResult:
+    """The old reward-kit decorator's legacy ``(score, {name: float | MetricResult})`` tuple, converted as it did
+    (a bare metric score gets the reason "<name> score"). Any other tuple is a ``RewardReturnError`` saying why."""
+    problem = _tuple_problem(result)
+    if problem is not None:
+        raise RewardReturnError(
+            f"Return value from function '{spec.name}' failed validation for mode '{spec.mode}':\n"
+            f"a tuple is accepted only in the deprecated legacy form {_TUPLE_FORM}: {problem}",
+            result,
+        )
+    score, metrics = result
+    try:
+        converted = {
+            name: value
+            if isinstance(value, MetricResult)
+            else MetricResult(score=value, reason=f"{name} score")
+            for name, value in metrics.items()
+        }
+        out = EvaluateResult(score=score, metrics=converted)
+    except ValidationError as exc:
+        raise _validation_failure(spec, exc, result) from None
+    _warn_legacy(spec, f"a legacy {_TUPLE_FORM} tuple")
+    return out
+
+
+def _tuple_problem(value: tuple[Any, ...]) -> str | None:
+    if len(value) != 2:
+        return f"got {len(value)} items"
+    score, metrics = value
+    if isinstance(score, bool) or not isinstance(score, (int, float)):
+        return f"the score is {type(score).__name__}, not a number"
+    if not isinstance(metrics, dict):
+        return f"the metrics are {type(metrics).__name__}, not a dict"
+    for name, metric in metrics.items():
+        if not isinstance(name, str):
+            return f"metric name {name!r} is not a string"
+        if isinstance(metric, bool) or not isinstance(metric, (int, float, MetricResult)):
+            return f"metric {name!r} is {type(metric).__name__}, not a number or a MetricResult"
+    return None
 
 
 def coerce_result(spec: RewardSpec, result: Any) -> EvaluateResult:
@@ -265,6 +317,8 @@ def coerce_result(spec: RewardSpec, result: Any) -> EvaluateResult:
         return result
     if isinstance(result, RewardOutput):
         return _from_legacy(spec, result)
+    if isinstance(result, tuple):
+        return _from_tuple(spec, result)
     if hasattr(result, "model_dump") and not isinstance(result, type):
         result = result.model_dump()  # an EvaluateResult of another package (an installed reward_kit)
     try:
@@ -287,6 +341,8 @@ def coerce_batch_result(spec: RewardSpec, result: Any) -> list[EvaluateResult]:
         for r in result:
             if isinstance(r, RewardOutput):
                 converted.append(_from_legacy(spec, r))
+            elif isinstance(r, tuple):
+                converted.append(_from_tuple(spec, r))
             elif hasattr(r, "model_dump") and not isinstance(r, (type, EvaluateResult)):
                 converted.append(r.model_dump())
             else:

@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import warnings
 from typing import Any, List, Optional  # noqa: UP035
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from pytest_reward import EvaluateResult, Message, MetricRewardOutput, RewardOutput, reward_function
+from pytest_reward import (
+    EvaluateResult,
+    Message,
+    MetricResult,
+    MetricRewardOutput,
+    RewardOutput,
+    reward_function,
+)
 from pytest_reward.decorator import RewardInputError, RewardReturnError, get_spec
 
 MSGS = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
@@ -140,7 +150,6 @@ def test_returned_dict_is_validated_and_evaluate_result_passed_through():
 @pytest.mark.parametrize(
     "value",
     [
-        (0.5, {}),
         0.5,
         None,
         {"reason": "no score"},
@@ -226,3 +235,105 @@ def test_spec_is_analysed_once():
     assert spec.parameters == ("messages", "original_messages")
     assert spec.coerce_messages and not spec.coerce_ground_truth
     assert spec.messages_index == 0 and spec.accepts("anything")
+
+
+# --- the legacy (score, {metric: score | MetricResult}) tuple (issue 13, point 8) ---------------------------------
+
+
+@contextlib.contextmanager
+def strict_about_our_module():
+    """Record warnings, but make one attributed to pytest_reward itself an error (as pyproject's filter does)."""
+    with warnings.catch_warnings(record=True) as log:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("error", category=DeprecationWarning, module="pytest_reward")
+        yield log
+
+
+def test_legacy_tuple_converted_with_one_warning_per_function_at_the_functions_line():
+    @reward_function
+    def legacy(messages, **kwargs):
+        return 0.75, {"overlap": 0.5, "tone": MetricResult(score=1.0, reason="polite")}
+
+    with strict_about_our_module() as log:
+        first = legacy(messages=MSGS)
+        legacy(messages=MSGS)
+    assert isinstance(first, EvaluateResult) and first.score == 0.75
+    assert first.metrics["overlap"].score == 0.5 and first.metrics["overlap"].reason == "overlap score"
+    assert first.metrics["tone"].reason == "polite"
+    assert [w.category for w in log] == [DeprecationWarning]  # once per function
+    assert log[0].filename == __file__
+    assert log[0].lineno == legacy.__wrapped__.__code__.co_firstlineno
+    assert "reward function 'legacy' returned a legacy (score, {metric: score | MetricResult}) tuple" in str(
+        log[0].message
+    )
+
+
+def test_legacy_tuples_in_batch_and_async_functions():
+    @reward_function(mode="batch")
+    def batch(rollouts_messages, **kwargs):
+        return [(0.25, {"m": 1}) for _ in rollouts_messages]
+
+    @reward_function
+    async def slow(messages, **kwargs):
+        return 1, {}
+
+    with strict_about_our_module() as log:
+        out = batch(rollouts_messages=[MSGS, MSGS])
+        assert asyncio.run(slow(messages=MSGS)).score == 1.0
+    assert [r.score for r in out] == [0.25, 0.25] and out[0].metrics["m"].score == 1.0
+    assert len(log) == 2 and {w.filename for w in log} == {__file__}
+
+
+@given(
+    score=st.floats(allow_nan=False, allow_infinity=False) | st.integers(-(10**6), 10**6),
+    metrics=st.dictionaries(st.text(max_size=8), st.floats(0, 1) | st.integers(0, 1), max_size=4),
+)
+def test_any_well_formed_legacy_tuple_keeps_its_score_and_metrics(score, metrics):
+    @reward_function
+    def legacy(messages, **kwargs):
+        return score, metrics
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = legacy(messages=MSGS)
+    assert out.score == score
+    assert {k: m.score for k, m in out.metrics.items()} == metrics
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ((), "got 0 items"),
+        ((0.5,), "got 1 items"),
+        ((0.5, {}, "x"), "got 3 items"),
+        ((True, {}), "the score is bool, not a number"),
+        (("0.5", {}), "the score is str, not a number"),
+        ((0.5, [("m", 0.5)]), "the metrics are list, not a dict"),
+        ((0.5, {1: 0.5}), "metric name 1 is not a string"),
+        ((0.5, {"m": "high"}), "metric 'm' is str, not a number or a MetricResult"),
+        ((0.5, {"m": {"score": 0.5}}), "metric 'm' is dict, not a number or a MetricResult"),
+    ],
+)
+def test_other_tuples_are_rejected_saying_why(value, why):
+    @reward_function
+    def f(messages, **kwargs):
+        return value
+
+    with pytest.raises(RewardReturnError) as info:
+        f(messages=MSGS)
+    assert str(info.value) == (
+        "Return value from function 'f' failed validation for mode 'pointwise':\n"
+        f"a tuple is accepted only in the deprecated legacy form (score, {{metric: score | MetricResult}}): {why}"
+    )
+    assert info.value.value is value
+
+
+def test_a_legacy_metric_out_of_range_is_reward_kits_validation_error():
+    @reward_function
+    def f(messages, **kwargs):
+        return 0.5, {"m": 1.5}
+
+    with pytest.raises(
+        RewardReturnError, match=r"failed Pydantic validation for mode 'pointwise':\n1 validation error"
+    ):
+        f(messages=MSGS)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob
 import math
 import os
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,10 @@ class Option:
     choices: tuple[str, ...] = ()
     append: bool = False
     const: Any = None
-    """With ``const``, the flag's value is optional (``--reward-preview`` or ``--reward-preview=10``)."""
+    """With ``const``, the flag's value is optional (``--reward-preview`` or ``--reward-preview=10``). Given as a
+    separate argument, such a value must not look like a path to test (see ``_check_swallowed``)."""
+    value_may_be_a_file: bool = False
+    """With ``const``: the value may name an existing file (``--reward-compare .reward/0003_x.json``)."""
 
     @property
     def dest(self) -> str:
@@ -243,6 +247,7 @@ OPTIONS: tuple[Option, ...] = (
         "Compare with a stored run: its name, its number, 'latest' (default) or a path.",
         metavar="RUN",
         const="latest",
+        value_may_be_a_file=True,
     ),
     Option(
         "--reward-compare-fail",
@@ -453,9 +458,8 @@ def register(parser: pytest.Parser) -> None:
             elif opt.kind == "bool":
                 kwargs.update(action="store_true", default=None)
             elif opt.const is not None:
+                # No argparse type: a swallowed path must reach _check_swallowed, not "invalid int value".
                 kwargs.update(nargs="?", const=opt.const, default=None)
-                if opt.kind == "int":
-                    kwargs["type"] = int
             else:
                 kwargs.update(default=None)
                 if opt.choices:
@@ -557,6 +561,63 @@ def _check_positional_samples(args: list[str], base: Path) -> None:
             _refuse_special(head, path if path.is_absolute() else base / path)
 
 
+def _given_args(config: pytest.Config) -> list[tuple[str, str]]:
+    """The arguments pytest parsed, in its order (ini ``addopts``, then ``PYTEST_ADDOPTS``, then the command line),
+    each with where it came from."""
+    env = shlex.split(os.environ.get("PYTEST_ADDOPTS", ""))
+    return [
+        *((a, "ini addopts") for a in config.getini("addopts")),
+        *((a, "PYTEST_ADDOPTS") for a in env),
+        *((a, "") for a in config.invocation_params.args),
+    ]
+
+
+def _check_swallowed(config: pytest.Config) -> None:
+    """Usage error when an option with an optional value took, as a separate argument, what looks like a path to
+    test: ``pytest --reward-save samples.jsonl`` names the run "samples.jsonl" and tests nothing. Such a value is
+    an existing file or directory, or ends in ``.jsonl`` or ``.py``; a value given as ``--opt=VALUE`` is always
+    taken as it is."""
+    given = _given_args(config)
+    args = [a for a, _ in given]
+    base = config.invocation_params.dir
+    for opt in OPTIONS:
+        if opt.const is None or opt.flag not in args:
+            continue
+        value = config.getoption(opt.dest, default=None)
+        i = len(args) - 1 - args[::-1].index(opt.flag)  # the last one wins
+        if value is None or i + 1 >= len(args) or args[i + 1] != str(value):
+            continue
+        what = _path_like(str(value), base, files_ok=opt.value_may_be_a_file)
+        if what is None:
+            continue
+        flag, metavar, source = opt.flag, opt.metavar or "VALUE", given[i][1]
+        if source:  # the flag came from addopts, its "value" from what follows it
+            fix = f"Write {flag}={opt.const} in {source} for the default, or {flag}={metavar}."
+        else:
+            fix = (
+                f"Write {flag}={metavar} to give the option a value, or put {flag} after the paths "
+                f"(pytest {value} {flag})."
+            )
+        where = f" (in {source})" if source else ""
+        raise pytest.UsageError(
+            f"{flag}{where} {value}: {flag} took {str(value)!r} as its {metavar}, but that is {what}. {fix}"
+        )
+
+
+def _path_like(value: str, base: Path, *, files_ok: bool) -> str | None:
+    """What makes ``value`` look like a path to test (None: it does not)."""
+    head = value.split("::", 1)[0]
+    if head.endswith((".jsonl", ".py")):
+        return f"a {'samples' if head.endswith('.jsonl') else 'Python'} file to test"
+    path = Path(os.path.expanduser(head))
+    path = path if path.is_absolute() else base / path
+    if path.is_dir():
+        return "a directory"
+    if os.path.lexists(path) and not files_ok:
+        return "an existing file"
+    return None
+
+
 def _positive(name: str, value: int, source: str, minimum: int = 1) -> int:
     if value < minimum:
         raise pytest.UsageError(f"{source}: {name} must be ≥ {minimum}, got {value}")
@@ -565,6 +626,7 @@ def _positive(name: str, value: int, source: str, minimum: int = 1) -> int:
 
 def resolve(config: pytest.Config) -> Settings:
     """Resolve and validate all settings. Raises ``pytest.UsageError`` naming the bad value's source."""
+    _check_swallowed(config)
     _check_positional_samples(list(config.args), config.invocation_params.dir)
     values: dict[str, tuple[Any, str]] = {}
     for opt in OPTIONS:
@@ -683,6 +745,8 @@ def markdown_table() -> str:
             if opt.flag and opt.metavar
             else (f"`{opt.flag}`" if opt.flag else "")
         )
+        if opt.flag and opt.const is not None:  # the value is optional, and only ``=`` gives one for sure
+            flag = f"`{opt.flag}[={opt.metavar}]`"
         if opt.flag and opt.choices:
             flag = f"`{opt.flag} {{{','.join(opt.choices)}}}`"
         ini = f"`{opt.ini}`" if opt.ini else ""

@@ -203,6 +203,13 @@ def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -
     return below_status(report)
 
 
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """Plain ``pytest`` in a reward project: say which reward functions went without samples, and how to give some."""
+    rs = _state(config)
+    for line in rs.idle_note() if rs is not None else ():
+        terminalreporter.write_line(line, yellow=True)
+
+
 class RewardHooks:
     """Hooks that need the session state but are not handed a config (registered per session). ``controller`` is
     None on xdist workers: they only run items and report."""

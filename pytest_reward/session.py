@@ -119,6 +119,21 @@ class RewardSession:
             lines.append(f"  Could not import {where}: {msg}")
         raise pytest.UsageError("\n".join(lines))
 
+    def idle_note(self) -> list[str]:
+        """For a run that found reward functions but gave them no samples (plain ``pytest`` in a reward project):
+        which functions, and how to give them samples. Empty otherwise."""
+        registry = self.registry
+        if registry is None or self.collecting or not registry.functions:
+            return []
+        found = [f"{self.rel(fn.path)}::{fn.qualname}" for fn in registry.functions]
+        shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+        return [
+            f"pytest-reward: found {len(found)} reward function{'s' if len(found) != 1 else ''} ({shown}) "
+            "but no samples to score them on.",
+            "  Give them samples: pytest --reward-samples FILE (or a .jsonl path argument), ini "
+            "reward_samples_glob = *.jsonl, or @pytest.mark.reward(samples=FILE) on the function.",
+        ]
+
     def check_reportable(self) -> None:
         """Invalid reward functions are reported by the first samples file collected; with none, here."""
         registry = self.registry

@@ -289,7 +289,9 @@ class _FileRun:
                     samples, workers=settings.workers, chunk=settings.batch_size
                 )
 
-        for record in iter_samples(self.path, max_line_bytes=settings.max_line_bytes):
+        # Keys (numbered duplicates, response hashes) only when the run stores per-sample data: they cost a hash.
+        keys = settings.needs_record or settings.needs_rows
+        for record in iter_samples(self.path, max_line_bytes=settings.max_line_bytes, keys=keys):
             problem = None
             if isinstance(record, SampleError):
                 problem = record.message
@@ -431,11 +433,18 @@ class _FileRun:
 
 
 class RecordColumns:
-    """What a stored run keeps of each sample (key, score, verdict, id, line), as plain columns: cheap to build
-    while streaming and to ship to the controller, so the controller need not re-read the rows."""
+    """What a stored run keeps of each sample (key, score, verdict, id, line, response hash), as plain columns:
+    cheap to build while streaming and to ship to the controller, so the controller need not re-read the rows."""
 
     def __init__(self) -> None:
-        self.columns: dict[str, list[Any]] = {"key": [], "score": [], "verdict": [], "id": [], "line": []}
+        self.columns: dict[str, list[Any]] = {
+            "key": [],
+            "score": [],
+            "verdict": [],
+            "id": [],
+            "line": [],
+            "response": [],
+        }
 
     def add(self, outcome: SampleOutcome) -> None:
         c = self.columns
@@ -444,6 +453,7 @@ class RecordColumns:
         c["verdict"].append(outcome.verdict)
         c["id"].append(outcome.sample_id)
         c["line"].append(outcome.line)
+        c["response"].append(outcome.response_hash)
 
 
 def _by_score(outcome: SampleOutcome) -> float:

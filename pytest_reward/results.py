@@ -59,6 +59,8 @@ class SampleOutcome:
     user: str | None = None
     response: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    response_hash: str | None = None
+    """Short hash of the sample's answer (``Sample.response_hash``): stored runs count the changed responses."""
     sample: Any = field(default=None, repr=False, compare=False)
     """The sample itself, only while a file-granularity item decides whether to keep this outcome."""
 

@@ -73,12 +73,26 @@ class GroupResult:
         return "PASS"
 
     def samples_record(self) -> dict[str, dict[str, Any]]:
-        """``{key: {score, verdict, id, line}}`` of every sample, for stored runs and comparisons."""
+        """``{key: {score, verdict, id, line, response}}`` of every sample, for stored runs and comparisons
+        (``response``: the hash of the sample's answer, or None)."""
         if not self.complete_outcomes and self.record is not None:
             c = self.record
             return {
-                k: {"score": s, "verdict": v, "id": i, "line": n}
-                for k, s, v, i, n in zip(c["key"], c["score"], c["verdict"], c["id"], c["line"], strict=True)
+                k: {"score": s, "verdict": v, "id": i, "line": n, "response": r}
+                for k, s, v, i, n, r in zip(
+                    c["key"], c["score"], c["verdict"], c["id"], c["line"], c["response"], strict=True
+                )
+            }
+        if self.complete_outcomes:
+            return {
+                o.key: {
+                    "score": o.score,
+                    "verdict": o.verdict,
+                    "id": o.sample_id,
+                    "line": o.line,
+                    "response": o.response_hash,
+                }
+                for o in sorted(self.outcomes, key=lambda o: o.line)
             }
         return {
             row["key"]: {
@@ -86,6 +100,7 @@ class GroupResult:
                 "verdict": row["verdict"],
                 "id": row["id"],
                 "line": row["line"],
+                "response": None,
             }
             for row in self.rows()
         }

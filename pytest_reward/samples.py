@@ -117,6 +117,7 @@ class Sample:
     kwargs: dict[str, Any] = field(default_factory=dict)
     record: dict[str, Any] | None = None
     _key: str | None = field(default=None, repr=False, compare=False)
+    _response: Any = field(default=_MISSING, repr=False, compare=False)
 
     @property
     def has_ground_truth(self) -> bool:
@@ -140,20 +141,121 @@ class Sample:
 
     @property
     def key(self) -> str:
-        """Stable identity across runs: ``id:<id>`` when the sample has one, else a hash of its content
-        (computed once: hashing canonical JSON is the dearest per-sample step of a file-granularity run)."""
+        """Stable identity across runs, what a comparison pairs samples by: ``id:<id>`` when the sample has an
+        ``id``; else ``q:`` and a hash of what was asked (:func:`question_hash`), not of the answer, so that a
+        changed response is the same sample with a new score. The second, third … sample of one file asking
+        exactly the same get ``#2``, ``#3`` … (numbered in file order by :func:`iter_samples`, so that every
+        granularity and every xdist worker sees the same keys). A sample read with ``keys=False`` has the empty
+        key; one built outside a file is its own first occurrence."""
         if self._key is None:
-            if self.id is not None:
-                self._key = f"id:{self.id}"
-            else:
-                self._key = "sha1:" + content_hash(self.record or {})
+            self._key = f"id:{self.id}" if self.id is not None else "q:" + question_hash(self)
         return self._key
 
+    @property
+    def response_hash(self) -> str | None:
+        """Short hash of the final assistant turn, the answer being scored (:func:`response_hash`); None when
+        there is none (a prompt-only sample) or the sample was read with ``keys=False``."""
+        if self._response is _MISSING:
+            self._response = response_hash(self.messages)
+        return self._response  # type: ignore[no-any-return]
 
-def content_hash(record: dict[str, Any]) -> str:
-    """SHA-1 of the record's canonical JSON (sorted keys, no whitespace), first 16 hex digits."""
-    canonical = json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha1(canonical.encode("utf-8")).hexdigest()[:16]
+
+_canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+_json_str = json.encoder.encode_basestring  # type: ignore[attr-defined]
+
+
+def _sha1(text: str, size: int) -> str:
+    return hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:size]
+
+
+def _answered(messages: list[dict[str, Any]] | None) -> bool:
+    return bool(messages) and type(messages[-1]) is dict and messages[-1].get("role") == "assistant"  # type: ignore[index]
+
+
+def asked(sample: Sample) -> dict[str, Any]:
+    """What the sample asks: ``messages`` without the final assistant turn (a prompt-only sample's conversation or
+    ``prompt`` as given), ``ground_truth`` when given, and ``kwargs``, the other input fields, when there are any.
+    Left out: the final assistant turn, ``id``, ``expect`` (a golden expectation is about the test, not the
+    question), and whether the ground truth was spelled ``ground_truth_for_eval``."""
+    messages = sample.messages
+    out: dict[str, Any] = (
+        {"prompt": sample.prompt}
+        if messages is None
+        else {"messages": messages[:-1] if _answered(messages) else messages}
+    )
+    if sample.ground_truth is not _MISSING:
+        out["ground_truth"] = sample.ground_truth
+    if sample.kwargs:
+        out["kwargs"] = sample.kwargs
+    return out
+
+
+def _message_json(message: Any) -> str | None:
+    """The canonical JSON of the usual message (``role`` and ``content``, both strings); None for any other."""
+    if type(message) is dict and len(message) == 2:
+        role, content = message.get("role"), message.get("content")
+        if type(role) is str and type(content) is str:
+            return f'{{"content":{_json_str(content)},"role":{_json_str(role)}}}'
+    return None
+
+
+def asked_json(sample: Sample) -> str:
+    """``asked(sample)`` as canonical JSON (sorted keys, no whitespace); the usual sample (plain messages, a string
+    or no ground truth, no other fields) without the generic encoder's cost. Property-tested equal."""
+    messages, truth = sample.messages, sample.ground_truth
+    if (
+        messages is not None
+        and not sample.kwargs
+        and (truth is _MISSING or truth is None or type(truth) is str)
+    ):
+        parts = [_message_json(m) for m in (messages[:-1] if _answered(messages) else messages)]
+        if None not in parts:
+            if truth is _MISSING:
+                head = "{"
+            else:
+                head = '{"ground_truth":' + ("null" if truth is None else _json_str(truth)) + ","
+            return head + '"messages":[' + ",".join(parts) + "]}"  # type: ignore[arg-type]
+    return _canonical(asked(sample))
+
+
+def question_hash(sample: Sample) -> str:
+    """16 hex digits of the SHA-1 of :func:`asked_json`: the same for the same question, whatever the answer."""
+    return _sha1(asked_json(sample), 16)
+
+
+def response_hash(messages: list[dict[str, Any]] | None) -> str | None:
+    """12 hex digits of the SHA-1 of the final assistant turn's canonical JSON (the whole message: content, tool
+    calls, …); None when the conversation does not end with one."""
+    if not _answered(messages):
+        return None
+    last = messages[-1]  # type: ignore[index]
+    return _sha1(_message_json(last) or _canonical(last), 12)
+
+
+class _Keys:
+    """Keys of one file's samples, assigned as the file is read: exact duplicates of a question numbered in file
+    order, and the response hash taken before any reward function sees the sample."""
+
+    __slots__ = ("seen",)
+
+    def __init__(self) -> None:
+        self.seen: dict[str, int] = {}
+
+    def __call__(self, item: Sample | SampleError) -> Sample | SampleError:
+        if type(item) is Sample:
+            if item.id is None:
+                key = item.key
+                n = self.seen[key] = self.seen.get(key, 0) + 1
+                if n > 1:
+                    item._key = f"{key}#{n}"
+            item.response_hash  # noqa: B018  (computed now: later a reward function may hold the messages)
+        return item
+
+
+def _no_keys(item: Sample | SampleError) -> Sample | SampleError:
+    if type(item) is Sample:
+        item._key, item._response = "", None
+    return item
 
 
 @dataclass(frozen=True, slots=True)
@@ -445,11 +547,15 @@ def _skip_rest_of_line(fh: Any, chunk: int = 1 << 20) -> int:
 
 
 def iter_samples(
-    path: str | os.PathLike[str], *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    path: str | os.PathLike[str], *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, keys: bool = True
 ) -> Iterator[Sample | SampleError]:
     """Yield a ``Sample`` or a ``SampleError`` for every non-blank line of ``path``, streaming. A path that is not
-    a regular file (a FIFO, a socket, a device) is one ``SampleError`` at line 1, and is not read."""
+    a regular file (a FIFO, a socket, a device) is one ``SampleError`` at line 1, and is not read.
+
+    Each sample's key and response hash are taken as it is read (``Sample.key``: duplicates numbered in file
+    order); ``keys=False`` skips them, for a run that stores no per-sample data (the key is then empty)."""
     path = Path(path)
+    keyed = _Keys() if keys else _no_keys
     fh, kind = _open_regular(path)
     if fh is None:
         yield SampleError(
@@ -483,7 +589,7 @@ def iter_samples(
                     path, lineno, f"not valid UTF-8 (byte {exc.start}: {raw[exc.start : exc.start + 1]!r})"
                 )
                 continue
-            yield _read_line(text, path, lineno)
+            yield keyed(_read_line(text, path, lineno))
 
 
 def count_lines(path: str | os.PathLike[str], *, limit: int | None = None) -> int:

@@ -144,9 +144,10 @@ class Invoker:
 
     @staticmethod
     def fill_key(outcome: SampleOutcome) -> SampleOutcome:
-        """The stable key of a light outcome (needed for rows and stored runs)."""
-        if outcome.sample is not None and not outcome.key:
-            outcome.key = outcome.sample.key
+        """The stable key and the response hash of a light outcome (needed for rows and stored runs)."""
+        sample = outcome.sample
+        if sample is not None and not outcome.key:
+            outcome.key, outcome.response_hash = sample.key, sample.response_hash
         return outcome
 
     @staticmethod
@@ -155,7 +156,7 @@ class Invoker:
         sample = outcome.sample
         if sample is not None:
             if not outcome.key:
-                outcome.key = sample.key
+                outcome.key, outcome.response_hash = sample.key, sample.response_hash
             outcome.user, outcome.response = conversation_excerpt(sample.messages, sample.prompt)
             outcome.sample = None
         return outcome
@@ -184,6 +185,7 @@ class Invoker:
             line=sample.line,
             sample_id=sample.label,
             key="" if self.light else sample.key,
+            response_hash=None if self.light else sample.response_hash,
             verdict=verdict,
             score=score,
             is_score_valid=bool(result.is_score_valid) if result is not None else False,

@@ -58,9 +58,12 @@ def test_saved_run_is_plain_diffable_json(project):
     assert path.name == "0001_base.json"
     text = path.read_text()
     data = json.loads(text)
-    assert data["format"] == "pytest-reward-run" and data["version"] == 1 and data["name"] == "0001_base"
+    assert data["format"] == "pytest-reward-run" and data["version"] == 2 and data["name"] == "0001_base"
     (group,) = data["groups"]
     assert sorted(group["samples"]) == ["id:s000", "id:s001", "id:s002"]
+    # every sample keeps a short hash of its response (the answer "a" of every sample here)
+    assert len({e["response"] for e in group["samples"].values()}) == 1
+    assert len(group["samples"]["id:s000"]["response"]) == 12
     assert group["summary"]["n"] == 3
     # one sample per line
     assert sum(1 for line in text.splitlines() if line.strip().startswith('"id:s0')) == 3
@@ -125,8 +128,11 @@ def test_new_and_removed_samples_are_reported(project):
     (project.path / "s.jsonl").write_text("\n".join([*lines[1:], lines[0].replace("s000", "s999")]) + "\n")
     result = project.run("--reward-samples", "s.jsonl", "--reward-compare=base", "--reward-report", "out")
     result.stdout.fnmatch_lines(["*value*s.jsonl*4*1/1*"])
+    result.stdout.fnmatch_lines(["  value on s.jsonl new: s999", "  value on s.jsonl removed: s000"])
     comp = json.loads((project.path / "out" / "summary.json").read_text())["groups"][0]["comparison"]
     assert (comp["n_paired"], comp["n_new"], comp["n_removed"]) == (4, 1, 1)
+    assert [(r["id"], r["line"]) for r in comp["new_samples"]] == [("s999", 5)]
+    assert [(r["id"], r["line"]) for r in comp["removed_samples"]] == [("s000", 1)]
 
 
 @pytest.mark.parametrize(
@@ -139,8 +145,14 @@ def test_new_and_removed_samples_are_reported(project):
             "*baseline *0001_x.json: format version 99 is not supported*",
         ),
         (
-            '{"format": "pytest-reward-run", "version": 1, "groups": [{"function": "f"}]}',
+            '{"format": "pytest-reward-run", "version": 2, "groups": [{"function": "f"}]}',
             '*baseline *0001_x.json: malformed "groups"*',
+        ),
+        (
+            '{"format": "pytest-reward-run", "version": 1, "groups": [{"function": "value", "file": "s.jsonl", '
+            '"samples": {"sha1:0123456789abcdef": {"score": 0.5, "verdict": "pass", "id": "line-1", "line": 1}}}]}',
+            "*baseline *0001_x.json: stored by an earlier pytest-reward (stored-run format 1), which keyed 1 "
+            "sample(s) without an id by their whole content*Store the baseline again*",
         ),
     ],
 )
@@ -200,12 +212,13 @@ def record(
             "verdict": verdicts.get(k, "pass" if v is not None else "fail"),
             "id": k,
             "line": i + 1,
+            "response": None,
         }
         for i, (k, v) in enumerate(scores.items())
     }
     return {
         "format": "pytest-reward-run",
-        "version": 1,
+        "version": 2,
         "name": name,
         "groups": [{"function": "f", "file": "s.jsonl", "samples": samples}],
     }
@@ -276,6 +289,7 @@ def test_dumps_run_round_trips():
             "line": st.integers(1, 10**9),
             "score": st.none() | st.floats(allow_nan=False, allow_infinity=False),
             "verdict": st.sampled_from(["pass", "below", "fail"]),
+            "response": st.none() | st.text(),
         }
     )
 )

@@ -49,6 +49,9 @@ def report_data(result: RunResult) -> dict[str, Any]:
             "rules": list(settings.compare_fail),
             "strict": settings.compare_strict,
             "failures": list(result.compare_failures),
+            "warnings": [f"{c.function} on {c.file}: {w}" for c in result.comparisons for w in c.warnings],
+            "pairing": "by id, else by what was asked: the conversation without its final assistant turn, the "
+            "ground truth and the other input fields (#2, #3 … on exact duplicates)",
         }
     data: dict[str, Any] = {"format": FORMAT, "version": VERSION}
     data.update(result.meta)

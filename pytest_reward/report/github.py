@@ -41,20 +41,35 @@ def markdown_summary(result: RunResult) -> str:
         lines += ["", "**Failed gates**", ""]
         lines += [f"- {_cell(f)}" for f in failures]
     if result.comparisons:
-        lines += ["", f"Compared with stored run `{result.comparisons[0].baseline}`:", ""]
         lines += [
-            "| function | samples | paired | mean before → after | Δ mean (95% CI) |",
-            "| --- | --- | ---: | --- | --- |",
+            "",
+            f"Compared with stored run `{result.comparisons[0].baseline}` (samples pair by id, else by what they "
+            "ask: the conversation without its final answer, the ground truth, the other fields; mean: every "
+            "sample of each run; Δ mean: the paired samples):",
+            "",
+        ]
+        lines += [
+            "| function | samples | paired | new / removed | responses changed | mean before → after | Δ mean (95% CI) |",
+            "| --- | --- | ---: | ---: | ---: | --- | --- |",
         ]
         for c in result.comparisons:
-            if c.mean_delta is None:
-                lines.append(f"| `{_cell(c.function)}` | `{_cell(c.file)}` | {c.n_paired} | {c.status} | |")
+            head = f"| `{_cell(c.function)}` | `{_cell(c.file)}` | {c.n_paired} | {c.n_new} / {c.n_removed} |"
+            changed = "–" if c.n_response_changed is None else f"{c.n_response_changed} of {c.n_paired}"
+            if c.status != "compared":
+                lines.append(f"{head} – | {c.status} | |")
                 continue
-            d = c.mean_delta
-            lines.append(
-                f"| `{_cell(c.function)}` | `{_cell(c.file)}` | {c.n_paired} | {_f(c.mean_before)} → {_f(c.mean_after)} "
-                f"| {d['estimate']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}] |"
+            mean = (
+                "–"
+                if c.group_mean_before is None
+                else f"{_f(c.group_mean_before)} → {_f(c.group_mean_after)}"
             )
+            d = c.mean_delta
+            delta = "–" if d is None else f"{d['estimate']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]"
+            lines.append(f"{head} {changed} | {mean} | {delta} |")
+        warnings = [f"{c.function} on {c.file}: {w}" for c in result.comparisons for w in c.warnings]
+        if warnings:
+            lines += ["", "**Warnings**", ""]
+            lines += [f"- ⚠️ {_cell(w)}" for w in warnings]
     return "\n".join(lines) + "\n"
 
 

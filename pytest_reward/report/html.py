@@ -85,6 +85,7 @@ details[open]>summary .prev{display:none}
 .err{color:var(--err)}
 .chip{font-size:11px;color:var(--muted);border:1px solid var(--line);border-radius:3px;padding:0 4px;margin-right:2px}
 ul.fails{margin:2px 0;padding-left:16px;color:var(--fail)}
+ul.warnings{margin:2px 0;padding-left:16px;color:var(--warn)}
 .warn{color:var(--warn)}
 """
 
@@ -377,10 +378,17 @@ def _run_comparison(cmp: Any) -> str:
         f'<p class="mono">{_esc(" · ".join(bits))}</p>',
         f"<p>rules <code>{_esc(rules)}</code>{' (strict: only when the CI excludes zero)' if cmp.get('strict') else ''}</p>",
     ]
+    if cmp.get("pairing"):
+        out.append(f'<p class="muted">samples pair {_esc(cmp["pairing"])}</p>')
     if failures:
         out.append('<ul class="fails">' + "".join(f"<li>FAIL {_esc(f)}</li>" for f in failures) + "</ul>")
     else:
         out.append('<p class="good">no compare rule failed</p>')
+    warnings = _list(cmp.get("warnings"))
+    if warnings:
+        out.append(
+            '<ul class="warnings">' + "".join(f"<li>WARNING {_esc(w)}</li>" for w in warnings) + "</ul>"
+        )
     return "".join(out)
 
 
@@ -606,6 +614,8 @@ def _delta_rows(items: list[Any], file: Any) -> list[str]:
         where = f"{file or '?'}:{d['line']}" if d.get("line") is not None else ""
         delta = d.get("delta")
         cls = "bad" if _is_num(delta) and delta < 0 else "good"
+        if d.get("response_changed"):
+            where += " · new response"
         rows.append(
             f'<tr class="delta-row"><td class="mono"><b>{_esc(d.get("id"))}</b> <span class="muted">{_esc(where)}</span>'
             f'<div class="muted">{_esc(d.get("key"))}</div></td><td class="num">{_esc(_fmt(d.get("before")))}</td>'
@@ -624,19 +634,53 @@ def _group_comparison(cmp: Any, group: dict[str, Any], failures: list[str]) -> s
         delta_text += f" [{lo}, {hi}] {_ci_method(delta)}"
     pr_delta = cmp.get("pass_rate_delta")
     pr_text = f"{pr_delta * 100:+.1f} pp" if _is_num(pr_delta) else "–"
+    group_delta = cmp.get("group_mean_delta")
+    group_text = _signed(_dict(group_delta).get("estimate"))
+    if isinstance(group_delta, dict):
+        group_text += f" [{_signed(group_delta.get('low'))}, {_signed(group_delta.get('high'))}] {_ci_method(group_delta)}"
+    changed = cmp.get("n_response_changed")
     rows = [
         ("baseline", _fmt(cmp.get("baseline"))),
         (
             "paired / new / removed",
             f"{_fmt(cmp.get('n_paired'))} / {_fmt(cmp.get('n_new'))} / {_fmt(cmp.get('n_removed'))}",
         ),
-        ("mean", f"{_fmt(cmp.get('mean_before'))} → {_fmt(cmp.get('mean_after'))}"),
-        ("Δ mean", delta_text),
-        ("pass rate", f"{_pct(cmp.get('pass_rate_before'))} → {_pct(cmp.get('pass_rate_after'))}"),
-        ("Δ pass rate", pr_text),
+        (
+            "paired samples with a different response",
+            "– (not known)" if changed is None else f"{_fmt(changed)} of {_fmt(cmp.get('n_paired'))}",
+        ),
+        ("mean, all samples", f"{_fmt(cmp.get('group_mean_before'))} → {_fmt(cmp.get('group_mean_after'))}"),
+        ("Δ mean, all samples", group_text),
+        ("mean, paired samples", f"{_fmt(cmp.get('mean_before'))} → {_fmt(cmp.get('mean_after'))}"),
+        ("Δ mean, paired samples", delta_text),
+        (
+            "pass rate, all samples",
+            f"{_pct(cmp.get('group_pass_rate_before'))} → {_pct(cmp.get('group_pass_rate_after'))}",
+        ),
+        (
+            "pass rate, paired samples",
+            f"{_pct(cmp.get('pass_rate_before'))} → {_pct(cmp.get('pass_rate_after'))}",
+        ),
+        ("Δ pass rate, paired samples", pr_text),
     ]
     body = "".join(f'<tr><th>{_esc(k)}</th><td class="mono">{_esc(v)}</td></tr>' for k, v in rows)
     out = ["<h3>Versus baseline</h3>", f"<table>{body}</table>"]
+    warnings = _list(cmp.get("warnings"))
+    if warnings:
+        out.append(
+            '<ul class="warnings">' + "".join(f"<li>WARNING {_esc(w)}</li>" for w in warnings) + "</ul>"
+        )
+    for title, key, count in (
+        ("New samples", "new_samples", "n_new"),
+        ("Removed samples", "removed_samples", "n_removed"),
+    ):
+        refs = [_dict(r) for r in _list(cmp.get(key))]
+        if refs:
+            names = ", ".join(str(r.get("id") or r.get("key")) for r in refs)
+            more = _int(cmp.get(count)) - len(refs)
+            out.append(
+                f"<p><b>{title}</b>: {_esc(names)}{_esc(f', and {more} more') if more > 0 else ''}</p>"
+            )
     if failures:
         out.append('<ul class="fails">' + "".join(f"<li>FAIL {_esc(f)}</li>" for f in failures) + "</ul>")
     head = ["sample", ">before", ">after", ">Δ"]

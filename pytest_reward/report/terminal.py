@@ -235,8 +235,18 @@ def render_preview(reports: Sequence[GroupResult], n: int, seed: int, *, markup:
     return console.file.getvalue()  # type: ignore[no-any-return]
 
 
+def _sample_name(e: Any) -> str:
+    return str(e.id or e.key)
+
+
+def _names(refs: Sequence[Any], total: int, shown: int = 5) -> str:
+    names = ", ".join(_sample_name(r) for r in refs[:shown])
+    return names + (f", and {total - min(shown, len(refs))} more" if total > min(shown, len(refs)) else "")
+
+
 def render_comparison(comparisons: list[Any], baseline: str, *, markup: bool, width: int) -> str:
-    """The comparison with a stored run: one row per function × file, then the most changed samples."""
+    """The comparison with a stored run: one row per function × file, then warnings, the new and removed samples
+    and the most changed samples."""
     from rich import box
     from rich.table import Table
 
@@ -244,6 +254,9 @@ def render_comparison(comparisons: list[Any], baseline: str, *, markup: bool, wi
     table = Table(
         title=f"compared with stored run {baseline}",
         title_justify="left",
+        caption="samples pair by id, else by what they ask (the conversation without its final answer, the ground "
+        "truth, the other fields); mean and pass rate: every sample of each run; Δ mean: the paired samples",
+        caption_justify="left",
         box=box.SIMPLE_HEAD if markup else box.ASCII2,
         show_edge=False,
     )
@@ -251,31 +264,50 @@ def render_comparison(comparisons: list[Any], baseline: str, *, markup: bool, wi
     table.add_column("samples", overflow="fold")
     table.add_column("paired", justify="right")
     table.add_column("new/removed", justify="right", no_wrap=True)
+    table.add_column("responses changed", justify="right")
     table.add_column("mean before → after", justify="right", no_wrap=True)
     table.add_column("Δ mean [95% CI]", justify="right", no_wrap=True)
-    table.add_column("pass rate Δ", justify="right", no_wrap=True)
+    table.add_column("pass rate before → after", justify="right", no_wrap=True)
     for c in comparisons:
-        if c.status != "compared" or c.mean_delta is None:
-            table.add_row(c.function, c.file, str(c.n_paired), f"{c.n_new}/{c.n_removed}", c.status, "–", "–")
+        changed = "–" if c.n_response_changed is None else f"{c.n_response_changed} of {c.n_paired}"
+        if c.status != "compared":
+            table.add_row(
+                c.function, c.file, str(c.n_paired), f"{c.n_new}/{c.n_removed}", "–", c.status, "–", "–"
+            )
             continue
-        d = c.mean_delta
-        style = "red" if d["high"] < 0 else ("green" if d["low"] > 0 else "")
-        delta = f"{d['estimate']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]"
+        mean = rate = "–"
+        if c.group_mean_before is not None:
+            mean = f"{c.group_mean_before:.3f} → {c.group_mean_after:.3f}"
+            rate = f"{c.group_pass_rate_before:.1%} → {c.group_pass_rate_after:.1%}"
+        delta = "–"
+        if c.mean_delta is not None:
+            d = c.mean_delta
+            style = "red" if d["high"] < 0 else ("green" if d["low"] > 0 else "")
+            delta = f"{d['estimate']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]"
+            delta = f"[{style}]{delta}[/]" if style else delta
         table.add_row(
-            c.function,
-            c.file,
-            str(c.n_paired),
-            f"{c.n_new}/{c.n_removed}",
-            f"{c.mean_before:.3f} → {c.mean_after:.3f}",
-            f"[{style}]{delta}[/]" if style else delta,
-            f"{c.pass_rate_delta:+.1%}",
+            c.function, c.file, str(c.n_paired), f"{c.n_new}/{c.n_removed}", changed, mean, delta, rate
         )
     console.print(table)
     for c in comparisons:
+        where = f"{c.function} on {c.file}"
+        for warning in c.warnings:
+            console.print(f"WARNING {where}: {warning}", style="yellow", markup=False, soft_wrap=True)
+        if c.status == "compared":
+            for label, refs, total in (
+                ("new", c.new_samples, c.n_new),
+                ("removed", c.removed_samples, c.n_removed),
+            ):
+                if total:
+                    console.print(f"  {where} {label}: {_names(refs, total)}", markup=False, soft_wrap=True)
         for label, items in (("most regressed", c.regressed), ("most improved", c.improved)):
             if items:
-                entries = ", ".join(f"{e.id or e.key} {e.before:.3f}→{e.after:.3f}" for e in items[:3])
-                console.print(f"  {c.function} on {c.file} {label}: {entries}", highlight=False, markup=False)
+                entries = ", ".join(
+                    f"{_sample_name(e)} {e.before:.3f}→{e.after:.3f}"
+                    + (" (new response)" if e.response_changed else "")
+                    for e in items[:3]
+                )
+                console.print(f"  {where} {label}: {entries}", markup=False, soft_wrap=True)
     return console.file.getvalue()  # type: ignore[no-any-return]
 
 

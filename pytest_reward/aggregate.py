@@ -40,13 +40,14 @@ class Aggregator:
         self._file_groups: dict[tuple[str, str], tuple[Summary, Mapping[str, Any]]] = {}
         self._expected: dict[tuple[str, str], int] = {}
         self._reported_gates: dict[str, Gates] = {}
+        self._crashes: dict[tuple[str, str], list[str]] = {}
         self.rollout_calls = 0
         self.rollout_seconds = 0.0
 
     @property
     def has_results(self) -> bool:
         """Whether any reward item reported (unrelated runs skip all the end-of-run work)."""
-        return bool(self._accumulators or self._file_groups)
+        return bool(self._accumulators or self._file_groups or self._crashes)
 
     def gates(self, name: str) -> Gates:
         gates = self._gates_of(name)
@@ -66,6 +67,10 @@ class Aggregator:
                 self._reported_gates[name] = Gates().merged(
                     validate_marker((), data["gates"], "marker"), "marker"
                 )
+        crash = data.get("crash")
+        if crash:
+            for group in groups:
+                self._crashes.setdefault((group["function"], group["file"]), []).append(crash)
         rollouts = data.get("rollouts")
         if rollouts:
             self.rollout_calls += int(rollouts[0])
@@ -90,6 +95,12 @@ class Aggregator:
     def groups(self) -> tuple[GroupResult, ...]:
         """Every group's summary and gate verdicts, sorted by function and file."""
         out: list[GroupResult] = []
+        crashes = self._crashes
+        for key in crashes.keys() - self._accumulators.keys() - self._file_groups.keys():
+            # A group whose only item ended without a verdict: nothing was scored, and it says why.
+            acc = GroupAccumulator(key[0], key[1], self.gates(key[0]))
+            summary = acc.summary(seed=self.seed, n_resamples=self.n_resamples, expected=self._expected.get(key))
+            out.append(GroupResult(key[0], key[1], summary, errors=tuple(crashes[key])))
         for key, acc in self._accumulators.items():
             summary = acc.summary(
                 seed=self.seed, n_resamples=self.n_resamples, expected=self._expected.get(key)
@@ -102,6 +113,7 @@ class Aggregator:
                     tuple(evaluate_gates(summary, self.gates(key[0]))),
                     tuple(self._outcomes[key]),
                     flaky=tuple(acc.flaky),
+                    errors=tuple(crashes.get(key, ())),
                 )
             )
         for key, (summary, data) in self._file_groups.items():
@@ -118,6 +130,7 @@ class Aggregator:
                     flaky=_outcomes(data, "flaky"),
                     rows_file=Path(rows_file) if rows_file else None,
                     record=data.get("record"),
+                    errors=tuple(crashes.get(key, ())),
                 )
             )
         out.sort(key=lambda r: (r.function, r.file))

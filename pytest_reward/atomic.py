@@ -3,18 +3,32 @@
 Write to a temporary file in the destination's directory, flush and fsync it, then ``os.replace`` it over the
 destination (atomic on POSIX and Windows within one filesystem). On any error the temporary file is removed and
 the destination is left untouched.
+
+A set of files (a report directory) is written the same way, one level up: into a staging directory beside the
+target, which then takes the target's place in one step (:func:`replace_directory`: Linux ``renameat2`` with
+``RENAME_EXCHANGE`` swaps the two; elsewhere, two renames, whose one gap — a kill between them — the next write
+repairs). Leftovers of killed writers are removed by the next writer (:func:`clean_leftovers`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["atomic_open", "atomic_write_bytes", "atomic_write_text"]
+__all__ = [
+    "atomic_open",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "clean_leftovers",
+    "replace_directory",
+    "staging_directory",
+]
 
 
 @contextlib.contextmanager
@@ -54,3 +68,83 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     with atomic_open(path, "wb") as fh:
         fh.write(data)
+
+
+# --- a directory as one set of files ----------------------------------------------------------------------------
+
+_STAGING, _OLD = "staging", "old"
+
+
+def _sibling(target: Path, kind: str) -> Path:
+    return target.parent / f".{target.name}.{kind}-{os.getpid()}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_leftovers(target: Path) -> None:
+    """Remove what killed writers of ``target`` left beside it; if one was killed between the two renames of the
+    fallback swap (no ``target``, its previous version parked beside it), put the previous version back."""
+    for kind in (_OLD, _STAGING):
+        for path in sorted(target.parent.glob(f".{target.name}.{kind}-*")):
+            pid = path.name.rsplit("-", 1)[-1]
+            if not pid.isdigit() or (_alive(int(pid)) and int(pid) != os.getpid()):
+                continue
+            if kind == _OLD and not target.exists():
+                os.rename(path, target)  # the previous complete set, back in place
+            else:
+                shutil.rmtree(path, ignore_errors=True)
+
+
+def staging_directory(target: Path) -> Path:
+    """A new empty directory beside ``target`` (same filesystem) to write the next set into."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    clean_leftovers(target)
+    staging = _sibling(target, _STAGING)
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    return staging
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux ``renameat2(RENAME_EXCHANGE)``); False where that is not available."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    errno = ctypes.get_errno()
+    if errno in (22, 38, 95):  # EINVAL, ENOSYS, EOPNOTSUPP: this filesystem or kernel cannot exchange
+        return False
+    raise OSError(errno, os.strerror(errno), str(b))
+
+
+def replace_directory(staging: Path, target: Path) -> None:
+    """Put the complete set in ``staging`` at ``target`` in one step: a reader (or a kill at any moment) finds the
+    previous set or the new one, never a mix."""
+    for path in staging.iterdir():  # the set is on disk before it becomes visible
+        with open(path, "rb") as fh:
+            os.fsync(fh.fileno())
+    if not target.exists():
+        os.rename(staging, target)
+        return
+    if _exchange(staging, target):
+        shutil.rmtree(staging, ignore_errors=True)  # now the previous set
+        return
+    old = _sibling(target, _OLD)
+    os.rename(target, old)
+    os.rename(staging, target)
+    shutil.rmtree(old, ignore_errors=True)

@@ -1,6 +1,7 @@
 """What the controller does with a reward run (once, on the controller; xdist workers only report): fold the items'
 reports, judge the gates and the comparison with the stored baseline after the run loop, freeze the
-:class:`~pytest_reward.run.RunResult`, and write the result files."""
+:class:`~pytest_reward.run.RunResult`, and write the result files in two steps around the end of the session (see
+:mod:`pytest_reward.outputs`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from .aggregate import Aggregator
 from .baseline import run_record
-from .outputs import Written, write_outputs
+from .outputs import Staged, Written, commit_outputs, stage_outputs
 from .run import RunResult
 
 if TYPE_CHECKING:
@@ -23,7 +24,8 @@ __all__ = ["RunController"]
 
 
 class RunController:
-    """The end of a run: :meth:`add` every report, then :meth:`conclude` once, then :meth:`write`."""
+    """The end of a run: :meth:`add` every report, :meth:`conclude` once after the run loop, then :meth:`stage`
+    and :meth:`commit` the files at the end of the session."""
 
     def __init__(self, settings: Settings, gates_of: Callable[[str], Gates | None]) -> None:
         self.settings = settings
@@ -32,6 +34,7 @@ class RunController:
         )
         self.baseline: tuple[Path, dict[str, Any]] | None = None
         self.result: RunResult | None = None
+        self.staged: Staged | None = None
         self.written = Written()
 
     def load_baseline(self) -> None:
@@ -97,11 +100,25 @@ class RunController:
             baseline_meta={k: base.get(k) for k in ("name", "generated_at", "commit") if k in base},
         )
 
-    def write(self) -> Written:
-        """Write the stored run and the result files (errors are returned as lines, never raised)."""
+    def stage(self) -> list[str]:
+        """Prepare the result files (nothing visible yet); returns the error lines."""
         assert self.result is not None
-        self.written = write_outputs(self.result)
+        self.staged = stage_outputs(self.result)
+        return list(self.staged.errors)
+
+    def commit(self, exitstatus: int) -> Written:
+        """Put the result files in place, naming the session's final exit status (errors are returned as lines)."""
+        if self.result is None or self.staged is None:
+            return self.written
+        self.written = commit_outputs(self.result, self.staged, exitstatus)
+        self.staged = None
         return self.written
+
+    def discard(self) -> None:
+        """Drop what was staged (an interrupted session writes nothing)."""
+        if self.staged is not None:
+            self.staged.discard()
+            self.staged = None
 
     def empty_result(self, meta: dict[str, Any], functions: Sequence[RewardFn]) -> RunResult:
         """The result of a run whose items never reported (a collection error, no samples)."""

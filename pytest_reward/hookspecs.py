@@ -22,8 +22,9 @@ if TYPE_CHECKING:
 
 def pytest_reward_run_finished(result: RunResult, session: pytest.Session) -> None:
     """Called once per run, on the controller (never on an xdist worker), at the end of the session — after every
-    item ran, the gates and the comparison were judged and the result files were written, before the terminal
-    summary. Not called for ``--collect-only`` or for runs that did not ask for reward testing.
+    item ran and the gates and the comparison were judged, before the result files are put in place (they name
+    the session's final exit status, which an implementation may still change) and before the terminal summary.
+    Not called for ``--collect-only`` or for runs that did not ask for reward testing.
 
     :param result: the frozen result of the run: ``result.verdict``, ``result.groups`` (one per reward function ×
         samples file: summary, gate verdicts, the outcomes reports show), ``result.comparisons``,

@@ -23,7 +23,7 @@ from .results import FAIL, GroupAccumulator, SampleOutcome, row_json
 from .samples import Sample, SampleError, iter_samples
 from .scoring import Invoker, error_outcome
 from .session import REWARD_DATA, RewardSession, session_key
-from .wire import file_data, outcomes_data
+from .wire import crash_data, file_data, outcomes_data
 
 if TYPE_CHECKING:
     from .discovery import RewardFn
@@ -79,6 +79,11 @@ class _Located:
     def set_reward_data(self, data: dict[str, Any]) -> None:
         self.stash[REWARD_DATA] = data
 
+    def crash_data(self, reason: str) -> dict[str, Any]:
+        """The report data of this item when it ended without a verdict of its own (a fixture error, a timeout,
+        a crash): its group(s) become errored groups with the reason, so no artifact can call them passed."""
+        raise NotImplementedError
+
 
 class _RewardItem(_Located, pytest.Item):
     """A plain item (no fixtures): cheap to build by the thousand."""
@@ -122,6 +127,10 @@ class _OneSample(_Located):
         __tracebackhide__ = True
         lines = describe_outcome(outcome, self.fn, self.config.get_verbosity())
         raise RewardFailure(headline or outcome.failures[0], lines + [f"  {d}" for d in detail if d.strip()])
+
+    def crash_data(self, reason: str) -> dict[str, Any]:
+        outcome = error_outcome(self.fn.name, self.invoker.file_label, self.sample, reason)
+        return crash_data([self.group], reason, [outcome])
 
     def _verdict_repr(self, excinfo: pytest.ExceptionInfo[BaseException]) -> RewardRepr | None:
         if isinstance(excinfo.value, RewardFailure):
@@ -218,11 +227,14 @@ class LineErrorItem(_RewardItem):
         self.groups = groups
         self.lineno = error.line - 1
 
+    def _outcomes(self, message: str) -> list[SampleOutcome]:
+        return [error_outcome(fn.name, self.file_label, self.error, message) for fn in self.functions]
+
+    def crash_data(self, reason: str) -> dict[str, Any]:
+        return crash_data(self.groups, reason, self._outcomes(self.error.message))
+
     def runtest(self) -> None:
-        outcomes = [
-            error_outcome(fn.name, self.file_label, self.error, self.error.message) for fn in self.functions
-        ]
-        self.set_reward_data(outcomes_data(self.groups, outcomes, FAIL))
+        self.set_reward_data(outcomes_data(self.groups, self._outcomes(self.error.message), FAIL))
         raise RewardFailure(f"{self.file_label}:{self.error.line}: {self.error.message}", [])
 
     def repr_failure(
@@ -260,6 +272,9 @@ class _FileRun:
         self.invoker = invoker
         self.rs = rs
         apply_marks(self, fn)  # type: ignore[arg-type]
+
+    def crash_data(self, reason: str) -> dict[str, Any]:
+        return crash_data([{"function": self.fn.name, "file": self.invoker.file_label, "total": 0}], reason)
 
     def _job(self) -> Any:
         """The model that rolls out prompt-only samples (only called when ``rollout_settings`` is not None)."""
@@ -612,6 +627,10 @@ class EvaluationItem(_ModelItem):
 
     def reportinfo(self) -> tuple[Path, int, str]:
         return self.path, self.lineno, self.name
+
+    def crash_data(self, reason: str) -> dict[str, Any]:
+        group = {"function": self.evaluation.__name__, "file": self.file_label, "total": 0}
+        return crash_data([group], reason, gates=self.gates.to_dict())
 
     def runtest(self) -> None:
         __tracebackhide__ = True

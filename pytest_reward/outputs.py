@@ -1,27 +1,47 @@
-"""The files a run writes, as pure functions of its :class:`~pytest_reward.run.RunResult`: the stored run
-(``--reward-save`` / ``--reward-autosave``), the report directory (``--reward-report``) and the GitHub step summary
-(``$GITHUB_STEP_SUMMARY``). Each file is written atomically; a failure to write is an error line of the run, never
-an exception."""
+"""The files a run writes, as pure functions of its :class:`~pytest_reward.run.RunResult` and the session's exit
+status: the stored run (``--reward-save`` / ``--reward-autosave``), the report directory (``--reward-report``) and
+the GitHub step summary (``$GITHUB_STEP_SUMMARY``).
+
+Two steps, so that no file can disagree with the exit status: :func:`stage_outputs` writes the large part where no
+reader looks (before deploy: a run whose files cannot be written is not green), :func:`commit_outputs` writes what
+names the final exit status and puts every file in place, each atomically (the report directory as one set). A
+failure to write is an error line of the run, never an exception. An interrupted run (Ctrl-C) writes nothing: the
+previous files stay as they were.
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import UsageError
 from .run import RunResult
 
-__all__ = ["Written", "stored_run_name", "write_outputs"]
+__all__ = ["Staged", "Written", "commit_outputs", "stage_outputs", "stored_run_name"]
 
 
 @dataclass(frozen=True)
 class Written:
-    """What :func:`write_outputs` wrote, and what it could not."""
+    """What :func:`commit_outputs` wrote, and what it could not."""
 
     saved_path: Path | None = None
     report_paths: tuple[Path, ...] = ()
     errors: tuple[str, ...] = field(default_factory=tuple)
+
+
+@dataclass
+class Staged:
+    """What :func:`stage_outputs` prepared (nothing is visible yet)."""
+
+    report_staging: Path | None = None
+    errors: list[str] = field(default_factory=list)
+
+    def discard(self) -> None:
+        if self.report_staging is not None:
+            shutil.rmtree(self.report_staging, ignore_errors=True)
+            self.report_staging = None
 
 
 def stored_run_name(result: RunResult) -> str:
@@ -31,41 +51,57 @@ def stored_run_name(result: RunResult) -> str:
     if settings.save:
         return settings.save
     if settings.autosave and settings.save is None:
-        stamp = (
-            str(result.meta.get("generated_at", "")).replace("-", "").replace(":", "").replace("T", "_")[:15]
-        )
+        stamp = str(result.meta.get("generated_at", "")).replace("-", "").replace(":", "").replace("T", "_")[:15]
         return f"{commit or 'nocommit'}_{stamp}"
     return commit or "run"
 
 
-def write_outputs(result: RunResult) -> Written:
-    """Store the run and write the result files that the settings ask for."""
+def stage_outputs(result: RunResult) -> Staged:
+    """Check the destinations and write the report's rows where no reader looks yet."""
+    staged = Staged()
+    report_dir = result.settings.report_dir
+    if report_dir is not None:
+        from .report.files import stage_report_dir
+
+        try:
+            staged.report_staging = stage_report_dir(result, report_dir)
+        except UsageError as exc:
+            staged.errors.append(str(exc))
+        except OSError as exc:
+            staged.errors.append(f"could not write the report to {report_dir}: {exc}")
+    return staged
+
+
+def commit_outputs(result: RunResult, staged: Staged, exitstatus: int) -> Written:
+    """Store the run and put the result files in place; each names the session's final ``exitstatus``."""
     settings = result.settings
-    errors: list[str] = []
+    errors: list[str] = list(staged.errors)
     saved: Path | None = None
     paths: list[Path] = []
     if settings.save is not None or settings.autosave:
         from .baseline import Storage
 
         try:
-            saved = Storage(settings.storage).save(dict(result.record), stored_run_name(result))
+            record = dict(result.record, exitstatus=exitstatus)
+            saved = Storage(settings.storage).save(record, stored_run_name(result))
         except UsageError as exc:
             errors.append(str(exc))
         except OSError as exc:
             errors.append(f"could not store the run in {settings.storage}: {exc}")
-    if settings.report_dir is not None:
-        from .report.files import write_report_dir
+    if staged.report_staging is not None and settings.report_dir is not None:
+        from .report.files import commit_report_dir
 
         try:
-            paths = write_report_dir(result, settings.report_dir)
+            paths = commit_report_dir(result, staged.report_staging, settings.report_dir, exitstatus)
         except OSError as exc:
             errors.append(f"could not write the report to {settings.report_dir}: {exc}")
+        staged.report_staging = None
     summary_path = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary_path:
         from .report.github import append_step_summary
 
         try:
-            append_step_summary(result, Path(summary_path))
+            append_step_summary(result, Path(summary_path), exitstatus)
         except OSError as exc:
             errors.append(f"could not append to GITHUB_STEP_SUMMARY {summary_path}: {exc}")
     return Written(saved, tuple(paths), tuple(errors))

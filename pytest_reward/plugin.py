@@ -188,11 +188,26 @@ def _is_evaluation_class(obj: type, evaluation: Any, collector: pytest.Collector
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     report = yield
-    if call.when == "call":
-        data = item.stash.get(REWARD_DATA, None)
-        if data is not None:
-            report.reward = data
+    if not hasattr(item, "crash_data") or hasattr(report, "wasxfail"):
+        return report  # not ours; or an expected failure, which no aggregate counts
+    data = item.stash.get(REWARD_DATA, None)
+    if call.when == "call" and data is not None:
+        report.reward = data
+        item.stash[_REPORTED] = True
+    elif report.failed:
+        # Ended without a verdict of its own (a fixture error, pytest-timeout, a crash), or failed in teardown
+        # after it: its groups are errored groups, so no artifact can call them passed.
+        reason = f"{call.when}: {call.excinfo.typename}: {call.excinfo.value}" if call.excinfo else call.when
+        reason = reason.splitlines()[0][:500] if reason else call.when
+        crash = item.crash_data(reason)
+        if item.stash.get(_REPORTED, False):
+            crash["outcomes"] = []  # its samples were counted already
+        report.reward = crash
+        item.stash[_REPORTED] = True
     return report
+
+
+_REPORTED = pytest.StashKey[bool]()
 
 
 def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> tuple[str, str, str] | None:
@@ -220,7 +235,7 @@ class RewardHooks:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         data = getattr(report, "reward", None)
-        if report.when == "call" and data is not None and self.controller is not None:
+        if data is not None and self.controller is not None:
             self.controller.add(data)
 
     @pytest.hookimpl(wrapper=True)
@@ -228,10 +243,12 @@ class RewardHooks:
         # Aggregate gates are judged once, here, on the controller (pytest-cov's --cov-fail-under pattern).
         result = yield
         controller = self.controller
-        if controller is None or session.config.option.collectonly or not controller.has_results:
+        if controller is None or session.config.option.collectonly:
             return result
+        if not (controller.has_results or self.rs.collecting):
+            return result  # an unrelated run: no reward work at all
         run = controller.conclude(self._meta(), self._functions())
-        failed = len(run.failed_gates) + len(run.compare_failures) + len(controller.write().errors)
+        failed = len(run.failed_gates) + len(run.compare_failures)
         if failed:
             session.testsfailed += failed
         return result
@@ -257,17 +274,34 @@ class RewardHooks:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        # The result files name the session's final exit status, so they are written here, in two steps around
+        # the run_finished hook (deploy may still fail the session): staged first (a run whose files cannot be
+        # written is not green, so nothing deploys), then put in place. An interrupted run writes nothing.
         controller = self.controller
         if (
             controller is not None
             and (self.rs.collecting or self.rs.settings.deploy)
             and not session.config.option.collectonly
         ):
+            interrupted = session.exitstatus == pytest.ExitCode.INTERRUPTED
+            if controller.result is not None and not interrupted and controller.stage():
+                _fail_session(session)
             result = controller.result or controller.empty_result(self._meta(), self._functions())
-            session.config.hook.pytest_reward_run_finished(result=result, session=session)
+            try:
+                session.config.hook.pytest_reward_run_finished(result=result, session=session)
+            finally:
+                if session.exitstatus == pytest.ExitCode.INTERRUPTED:
+                    controller.discard()
+                elif controller.commit(int(session.exitstatus)).errors:
+                    _fail_session(session)
         call = sys.modules.get("pytest_reward.call")
         if call is not None:
             call.close_loop()
+
+
+def _fail_session(session: pytest.Session) -> None:
+    if session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 class XdistHooks:

@@ -59,6 +59,8 @@ class GroupResult:
     record: Mapping[str, list[Any]] | None = None
     """Per-sample key/score/verdict/id/line columns shipped by file-granularity items (for stored runs)."""
     comparison: Comparison | None = None
+    errors: tuple[str, ...] = ()
+    """Why items of this group ended without a verdict of their own (a fixture error, a timeout, a crash)."""
 
     @property
     def failed_gates(self) -> list[GateResult]:
@@ -66,6 +68,9 @@ class GroupResult:
 
     @property
     def verdict(self) -> str:
+        """``ERROR`` (an item ended without a verdict), ``FAIL``, ``partial`` (not every sample ran) or ``PASS``."""
+        if self.errors:
+            return "ERROR"
         if self.summary.n_fail or self.failed_gates:
             return "FAIL"
         if not self.summary.complete:
@@ -192,7 +197,7 @@ class RunResult:
 
     @property
     def verdict(self) -> str:
-        """``FAIL`` when a sample, a gate or a comparison rule failed; else ``PASS``."""
-        if self.compare_failures or any(g.verdict == "FAIL" for g in self.groups):
+        """``FAIL`` when a sample, a gate or a comparison rule failed or an item errored; else ``PASS``."""
+        if self.compare_failures or any(g.verdict in ("FAIL", "ERROR") for g in self.groups):
             return "FAIL"
         return "PASS"

@@ -10,6 +10,8 @@ One format, defined here and nowhere else::
       "outcomes": [[field, ...], ...],              # per-sample outcomes, positional (OUTCOME_FIELDS order)
       "gates": {...} | None,                        # an Evaluation item's own gates (the controller has no class)
       "rollouts": [calls, seconds] | None,          # model calls this item caused for prompt-only samples
+      "crash": "reason" | None,                     # the item ended without a verdict of its own (its groups
+                                                    # are errored groups: a fixture error, a timeout, a crash)
       # file-granularity items only (the samples themselves stay on the worker):
       "summary": {...}, "worst": [...], "preview": [...], "flaky": [...],   # outcomes positional as above
       "rows_file": "path" | None, "record": {"key": [...], "score": [...], ...} | None,
@@ -26,7 +28,7 @@ from typing import Any
 
 from .results import SampleOutcome, outcome_fields
 
-__all__ = ["OUTCOME_FIELDS", "file_data", "outcome_from_wire", "outcome_to_wire", "outcomes_data"]
+__all__ = ["OUTCOME_FIELDS", "crash_data", "file_data", "outcome_from_wire", "outcome_to_wire", "outcomes_data"]
 
 OUTCOME_FIELDS: tuple[str, ...] = outcome_fields()
 
@@ -83,3 +85,17 @@ def file_data(
         "record": record,
         "rollouts": rollouts,
     }
+
+
+def crash_data(
+    groups: list[dict[str, Any]],
+    reason: str,
+    outcomes: Iterable[SampleOutcome] = (),
+    *,
+    gates: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The report data of an item that ended without a verdict of its own: its groups are errored, with
+    ``reason``; a sample item also counts its sample as an errored sample (``outcomes``)."""
+    data = outcomes_data(groups, outcomes, "fail", gates=gates)
+    data["crash"] = reason
+    return data

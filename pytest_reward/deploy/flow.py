@@ -101,7 +101,7 @@ def _evidence(
             }
         )
         metrics.setdefault(report.function, set()).update(s.metrics)
-        if report.verdict == "FAIL":
+        if report.verdict in ("FAIL", "ERROR"):
             failed.add(report.function)
         elif report.function not in passed:
             passed.append(report.function)

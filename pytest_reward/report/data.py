@@ -7,14 +7,20 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..run import RunResult
 
-__all__ = ["FORMAT", "report_data"]
+__all__ = ["FORMAT", "report_data", "session_verdict"]
 
 FORMAT = "pytest-reward-summary"
 VERSION = 1
 SAMPLES_SHOWN = 20
 
 
-def report_data(result: RunResult) -> dict[str, Any]:
+def session_verdict(result: RunResult, exitstatus: int) -> str:
+    """The run's verdict as the session ended: ``FAIL`` whenever the exit status is not 0 (a failing sample, gate,
+    comparison or item, an ordinary test, a failed deploy), never ``PASS`` for a red session."""
+    return "PASS" if exitstatus == 0 and result.verdict == "PASS" else "FAIL"
+
+
+def report_data(result: RunResult, exitstatus: int = 0) -> dict[str, Any]:
     """Plain, JSON-serialisable data of the whole run (see ``pytest_reward/report/html.py`` for its shape)."""
     settings = result.settings
     groups = []
@@ -24,6 +30,7 @@ def report_data(result: RunResult) -> dict[str, Any]:
                 "function": report.function,
                 "file": report.file,
                 "verdict": report.verdict,
+                "errors": list(report.errors),
                 "summary": report.summary.to_dict(),
                 "gates": [g.to_dict() for g in report.gates],
                 "histogram": report.summary.histogram,
@@ -55,5 +62,12 @@ def report_data(result: RunResult) -> dict[str, Any]:
         }
     data: dict[str, Any] = {"format": FORMAT, "version": VERSION}
     data.update(result.meta)
-    data.update({"verdict": result.verdict, "groups": groups, "comparison": comparison})
+    data.update(
+        {
+            "verdict": session_verdict(result, exitstatus),
+            "exitstatus": exitstatus,
+            "groups": groups,
+            "comparison": comparison,
+        }
+    )
     return data

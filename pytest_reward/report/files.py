@@ -1,32 +1,66 @@
-"""``--reward-report DIR``: results.jsonl (every sample), summary.json (aggregates), report.html — each atomic."""
+"""``--reward-report DIR``: results.jsonl (every sample), summary.json (aggregates), report.html — one set.
+
+The three files are written into a staging directory beside ``DIR``, which then takes ``DIR``'s place in one step
+(:func:`pytest_reward.atomic.replace_directory`): a reader, or a kill at any moment, finds the previous complete
+set or the new one, never a mix of two runs. ``DIR`` belongs to the plugin: a directory holding anything else is
+refused, never replaced.
+"""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..atomic import atomic_open, atomic_write_text
+from ..atomic import replace_directory, staging_directory
+from ..errors import UsageError
 from .data import report_data
 
 if TYPE_CHECKING:
     from ..run import RunResult
 
-__all__ = ["write_report_dir"]
+__all__ = ["REPORT_FILES", "commit_report_dir", "stage_report_dir"]
+
+REPORT_FILES = ("results.jsonl", "summary.json", "report.html")
 
 
-def write_report_dir(result: RunResult, directory: Path) -> list[Path]:
-    """Write the three report files into ``directory``; returns their paths."""
-    directory.mkdir(parents=True, exist_ok=True)
-    results = directory / "results.jsonl"
-    with atomic_open(results, "w") as fh:
-        for report in result.groups:
-            report.write_rows(fh)
-    data = report_data(result)
-    summary = directory / "summary.json"
-    atomic_write_text(summary, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
-    html_path = directory / "report.html"
+def _check_ours(directory: Path) -> None:
+    if directory.exists() and not directory.is_dir():
+        raise UsageError(f"could not write the report to {directory}: it is a file, not a directory")
+    if directory.is_dir():
+        foreign = sorted(p.name for p in directory.iterdir() if p.name not in REPORT_FILES)
+        if foreign:
+            raise UsageError(
+                f"could not write the report to {directory}: refusing to replace a directory that holds other files "
+                f"({', '.join(foreign[:5])}); the report directory is rewritten whole — name a new one"
+            )
+
+
+def stage_report_dir(result: RunResult, directory: Path) -> Path:
+    """Check ``directory``, then write results.jsonl (the large part) into a new staging directory beside it."""
+    _check_ours(directory)
+    staging = staging_directory(directory)
+    try:
+        with open(staging / "results.jsonl", "w", encoding="utf-8") as fh:
+            for group in result.groups:
+                group.write_rows(fh)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return staging
+
+
+def commit_report_dir(result: RunResult, staging: Path, directory: Path, exitstatus: int) -> list[Path]:
+    """Add summary.json and report.html (which name the session's exit status) and put the set in place."""
     from .html import render_html
 
-    atomic_write_text(html_path, render_html(data))
-    return [results, summary, html_path]
+    try:
+        data = report_data(result, exitstatus)
+        (staging / "summary.json").write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", "utf-8")
+        (staging / "report.html").write_text(render_html(data), "utf-8")
+        replace_directory(staging, directory)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return [directory / name for name in REPORT_FILES]

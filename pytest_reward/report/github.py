@@ -19,10 +19,15 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def markdown_summary(result: RunResult) -> str:
+def markdown_summary(result: RunResult, exitstatus: int = 0) -> str:
+    from .data import session_verdict
+
     reports = result.groups
+    verdict = session_verdict(result, exitstatus)
     lines = [
         "### pytest-reward",
+        "",
+        f"Session: {'✅ PASS' if verdict == 'PASS' else '❌ FAIL'} (exit status {exitstatus})",
         "",
         "| function | samples | n | errors | mean | 95% CI of mean | pass rate | verdict |",
         "| --- | --- | ---: | ---: | ---: | --- | ---: | --- |",
@@ -31,7 +36,7 @@ def markdown_summary(result: RunResult) -> str:
         s = r.summary
         ci = f"[{s.mean_ci['low']:.3f}, {s.mean_ci['high']:.3f}]" if s.mean_ci else "–"
         rate = "–" if s.pass_rate is None else f"{s.pass_rate:.1%}"
-        badge = {"PASS": "✅ PASS", "FAIL": "❌ FAIL"}.get(r.verdict, r.verdict)
+        badge = {"PASS": "✅ PASS", "FAIL": "❌ FAIL", "ERROR": "❌ ERROR"}.get(r.verdict, r.verdict)
         lines.append(
             f"| `{_cell(r.function)}` | `{_cell(r.file)}` | {s.n} | {s.n_errors} | {_f(s.mean)} | {ci} | {rate} | {badge} |"
         )
@@ -73,7 +78,7 @@ def markdown_summary(result: RunResult) -> str:
     return "\n".join(lines) + "\n"
 
 
-def append_step_summary(result: RunResult, path: Path) -> None:
+def append_step_summary(result: RunResult, path: Path, exitstatus: int = 0) -> None:
     """Append (never truncate: other steps and tools write to the same file)."""
     with open(path, "a", encoding="utf-8") as fh:
-        fh.write(markdown_summary(result) + "\n")
+        fh.write(markdown_summary(result, exitstatus) + "\n")

@@ -36,7 +36,7 @@ def _ci(report: GroupResult) -> str:
 
 
 def _verdict_style(verdict: str) -> str:
-    return {"PASS": "bold green", "FAIL": "bold red"}.get(verdict, "yellow")
+    return {"PASS": "bold green", "FAIL": "bold red", "ERROR": "bold red"}.get(verdict, "yellow")
 
 
 def render_table(reports: Sequence[GroupResult], *, markup: bool, width: int) -> str:
@@ -80,7 +80,7 @@ def _narrow_line(r: GroupResult, markup: bool) -> str:
     rate = "–" if s.pass_rate is None else f"{s.pass_rate:.1%}"
     verdict = f"{r.verdict:<7}"
     if markup:
-        style = {"PASS": "\x1b[1;32m", "FAIL": "\x1b[1;31m"}.get(r.verdict, "\x1b[33m")
+        style = {"PASS": "\x1b[1;32m", "FAIL": "\x1b[1;31m", "ERROR": "\x1b[1;31m"}.get(r.verdict, "\x1b[33m")
         verdict = f"{style}{verdict}\x1b[0m"
     return (
         f"{verdict} {r.function} on {r.file}: n={n} mean {_fmt(s.mean)} (95% CI {_ci(r)}) min {_fmt(s.min)} "
@@ -140,6 +140,9 @@ def write_summary(tr: Any, result: RunResult, written: Written, *, dist: str = "
                 result.comparisons, result.comparisons[0].baseline, markup=markup, width=_terminal_width()
             )
         )
+    for r in reports:
+        for reason in r.errors[:3]:
+            tr.write_line(f"ERROR {r.function} on {r.file}: an item ended without a verdict ({reason})", red=True)
     for r, g in failed:
         tr.write_line(f"FAIL {r.function} on {r.file}: {g.describe()}", red=True, bold=True)
     for line in result.compare_failures:

@@ -631,6 +631,40 @@ def bench_xdist(runner: Runner, n: int, ms_list: list[float], runs: int) -> dict
     return out
 
 
+VERBOSE_REWARDS = """
+from pytest_reward import EvaluateResult, reward_function
+
+
+@reward_function
+def verbose(messages, ground_truth=None, **kwargs):
+    return EvaluateResult(score=1.0, reason="x" * {size})
+"""
+
+
+def bench_memory(runner: Runner, n: int, reason_bytes: int, runs: int) -> dict[str, Any]:
+    """Peak RSS of a run whose reward returns a ``reason_bytes`` reason on each of ``n`` samples: one item per
+    sample vs one item for the file (the reference), with and without ``--reward-report``."""
+    directory = project(runner.workdir / "verbose", {"rewards.py": VERBOSE_REWARDS.format(size=reason_bytes)})
+    data = directory / "samples.jsonl"
+    write_samples(data, n)
+    cases = {}
+    for report in (False, True):
+        for gran in ("sample", "file"):
+            cmd = [*PYTEST, "--reward-samples", "samples.jsonl", "--reward-granularity", gran]
+            if report:
+                cmd += ["--reward-report", f"out-{gran}"]
+            cases[f"{gran}{'-report' if report else ''}"] = (
+                cmd,
+                directory,
+                f"{n} passed" if gran == "sample" else "1 passed",
+            )
+    res = runner.median_runs(cases, runs)
+    out: dict[str, Any] = {"n": n, "reason_bytes": reason_bytes, "runs": runs, "cases": res}
+    out["ratio"] = res["sample"]["rss_mb"] / res["file"]["rss_mb"]
+    out["ratio_report"] = res["sample-report"]["rss_mb"] / res["file-report"]["rss_mb"]
+    return out
+
+
 # --- profiling -------------------------------------------------------------------------------------------
 
 
@@ -775,6 +809,21 @@ def table_rows(report: dict[str, Any]) -> list[tuple[str, str, str, str, str, st
                 verdict(max(rss) < 300 and per_sample < 64),
             )
         )
+    if "memory" in report:
+        m = report["memory"]
+        for suffix, label, key in (("", "", "ratio"), ("-report", " with `--reward-report`", "ratio_report")):
+            sample, file = m["cases"][f"sample{suffix}"], m["cases"][f"file{suffix}"]
+            rows.append(
+                (
+                    f"6. peak RSS, {m['n']} `sample` items whose reward returns a {m['reason_bytes'] / 2**20:.0f} MB "
+                    f"reason{label} (median of {m['runs']})",
+                    f"{sample['rss_mb']:.0f} MB",
+                    f"{file['rss_mb']:.0f} MB, one `file` item",
+                    f"{m[key]:.2f}×",
+                    "≤ 1.5×",
+                    verdict(m[key] <= 1.5),
+                )
+            )
     if "decorator" in report:
         for name, c in report["decorator"]["cases"].items():
             info = "info" in name
@@ -915,7 +964,7 @@ def main(argv: list[str] | None = None) -> int:
         return measure_main(argv[1:])
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smoke run: small sizes, one run each")
-    parser.add_argument("--only", default="1,2,3,4,5", help="comma-separated benchmark numbers (default all)")
+    parser.add_argument("--only", default="1,2,3,4,5,6", help="comma-separated benchmark numbers (default all)")
     parser.add_argument("--runs", type=int, help="runs per pytest case (default 3; quick 1)")
     parser.add_argument("--samples", type=int, help="benchmark 1 samples (default 10000; quick 500)")
     parser.add_argument(
@@ -994,6 +1043,9 @@ def main(argv: list[str] | None = None) -> int:
         if 4 in only:
             print(f"4. start-up, {startup_runs} runs per case ...", flush=True)
             report["startup"] = bench_startup(runner, startup_runs)
+        if 6 in only:
+            print(f"6. peak RSS, {cpu_samples} samples × 1 MB reasons × {runs} runs ...", flush=True)
+            report["memory"] = bench_memory(runner, cpu_samples, 1 << 20, runs)
         if 5 in only:
             cpu_ms = [float(x) for x in args.cpu_ms.split(",")]
             print(f"5. -n 2 vs -n 0, {cpu_samples} samples × {cpu_ms} ms × {runs} runs ...", flush=True)

@@ -37,6 +37,7 @@ class Aggregator:
         self.flaky_spread = flaky_spread
         self._accumulators: dict[tuple[str, str], GroupAccumulator] = {}
         self._outcomes: dict[tuple[str, str], list[SampleOutcome]] = {}
+        self._rows: dict[tuple[str, str], list[Any]] = {}
         self._file_groups: dict[tuple[str, str], tuple[Summary, Mapping[str, Any]]] = {}
         self._expected: dict[tuple[str, str], int] = {}
         self._reported_gates: dict[str, Gates] = {}
@@ -75,7 +76,8 @@ class Aggregator:
         if rollouts:
             self.rollout_calls += int(rollouts[0])
             self.rollout_seconds += float(rollouts[1])
-        for values in data.get("outcomes", ()):
+        refs = data.get("rows") or ()
+        for i, values in enumerate(data.get("outcomes", ())):
             outcome = outcome_from_wire(values)
             key = (outcome.function, outcome.file)
             acc = self._accumulators.get(key)
@@ -88,6 +90,7 @@ class Aggregator:
                 )
             acc.add(outcome)
             self._outcomes.setdefault(key, []).append(outcome)
+            self._rows.setdefault(key, []).append(refs[i] if i < len(refs) else None)
         if "summary" in data:
             summary = Summary.from_dict(data["summary"])
             self._file_groups[(summary.function, summary.file)] = (summary, data)
@@ -113,6 +116,7 @@ class Aggregator:
                     tuple(evaluate_gates(summary, self.gates(key[0]))),
                     tuple(self._outcomes[key]),
                     flaky=tuple(acc.flaky),
+                    row_refs=tuple(self._rows[key]) if any(self._rows[key]) else (),
                     errors=tuple(crashes.get(key, ())),
                 )
             )

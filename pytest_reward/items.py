@@ -19,7 +19,7 @@ from .call import describe_exception
 from .errors import EvaluationError, InvalidResult, RewardTimeout
 from .failure import RewardFailure, RewardRepr, describe_outcome, user_frames
 from .pytest_private import TerminalRepr, structured_node_id
-from .results import FAIL, GroupAccumulator, SampleOutcome, row_json
+from .results import FAIL, GroupAccumulator, SampleOutcome, bound_texts, row_json
 from .samples import Sample, SampleError, iter_samples
 from .scoring import Invoker, error_outcome
 from .session import REWARD_DATA, RewardSession, session_key
@@ -115,13 +115,18 @@ class _OneSample(_Located):
         apply_marks(self, fn)  # type: ignore[arg-type]
 
     def _record(self, outcome: SampleOutcome, rollouts: list[float] | None = None) -> None:
-        self.outcome = outcome
+        # The full row goes to results.jsonl now; the item, its report and the controller keep bounded texts
+        # (memory stays flat when a reward returns megabytes of reason on thousands of samples).
+        row = self.config.stash[session_key].write_row(row_json(outcome))
+        self.outcome = bound_texts(outcome)
         if outcome.score is not None:
             self.user_properties.append(("reward.score", outcome.score))
         for name, m in outcome.metrics.items():
             self.user_properties.append((f"reward.metric.{name}", m["score"]))
         self.user_properties.append(("reward.verdict", outcome.verdict))
-        self.set_reward_data(outcomes_data([self.group], [outcome], outcome.verdict, rollouts=rollouts))
+        self.set_reward_data(
+            outcomes_data([self.group], [outcome], outcome.verdict, rollouts=rollouts, rows=[row] if row else None)
+        )
 
     def _fail(self, outcome: SampleOutcome, headline: str | None = None, detail: Sequence[str] = ()) -> None:
         __tracebackhide__ = True
@@ -385,6 +390,7 @@ class _FileRun:
                     if len(pending) >= 4096:
                         rows.write("\n".join(pending) + "\n")
                         pending.clear()
+                bound_texts(outcome)  # what is kept below (and the flaky list) holds bounded texts
                 if record is not None:
                     record.add(outcome)
                 if outcome.verdict == FAIL:

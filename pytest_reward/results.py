@@ -24,10 +24,12 @@ if TYPE_CHECKING:
     from .stats import Interval
 
 __all__ = [
+    "TEXT_KEPT",
     "GateResult",
     "GroupAccumulator",
     "SampleOutcome",
     "Summary",
+    "bound_texts",
     "evaluate_gates",
     "float_json",
     "judge",
@@ -102,6 +104,30 @@ class SampleOutcome:
             if key.startswith("pass@") or key == "best_of_n":
                 row[key] = value
         return row
+
+
+#: Characters of a reason, error or failure line that an outcome keeps once its full row is written (results.jsonl
+#: has the whole text): what reports show, and what stays in memory for each of thousands of items.
+TEXT_KEPT = 2000
+
+
+def _cut(text: str | None, limit: int) -> str | None:
+    if text is None or len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text)} characters; the whole text is in results.jsonl)"
+
+
+def bound_texts(outcome: SampleOutcome, limit: int = TEXT_KEPT) -> SampleOutcome:
+    """Cut the outcome's free texts (reason, error, failures, metric reasons) to ``limit`` characters, in place."""
+    outcome.reason = _cut(outcome.reason, limit)
+    outcome.error = _cut(outcome.error, limit)
+    if outcome.failures and any(len(f) > limit for f in outcome.failures):
+        outcome.failures = [_cut(f, limit) or "" for f in outcome.failures]
+    for metric in outcome.metrics.values():
+        reason = metric.get("reason")
+        if reason is not None and len(reason) > limit:
+            metric["reason"] = _cut(reason, limit)
+    return outcome
 
 
 def outcome_fields() -> tuple[str, ...]:

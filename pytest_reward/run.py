@@ -61,6 +61,9 @@ class GroupResult:
     comparison: Comparison | None = None
     errors: tuple[str, ...] = ()
     """Why items of this group ended without a verdict of their own (a fixture error, a timeout, a crash)."""
+    row_refs: tuple[Any, ...] = ()
+    """Aligned with ``outcomes`` (sample items, with a report): where each outcome's full results.jsonl row was
+    written (``[path, offset, length]``, or None); the outcomes themselves keep bounded texts."""
 
     @property
     def failed_gates(self) -> list[GateResult]:
@@ -122,7 +125,9 @@ class GroupResult:
 
     def write_rows(self, fh: IO[str]) -> None:
         """Write every row as JSON lines; file-granularity rows are copied as they were streamed (no re-encoding)."""
-        if self.complete_outcomes:
+        if self.complete_outcomes and self.row_refs:
+            self._copy_rows(fh)
+        elif self.complete_outcomes:
             for outcome in sorted(self.outcomes, key=lambda o: o.line):
                 fh.write(row_json(outcome) + "\n")
         elif self.rows_file is not None:
@@ -130,6 +135,26 @@ class GroupResult:
 
             with open(self.rows_file, encoding="utf-8") as src:
                 shutil.copyfileobj(src, fh, 1 << 20)
+
+    def _copy_rows(self, fh: IO[str]) -> None:
+        """The rows the items wrote whole, in file order (read one at a time: memory stays flat)."""
+        order = sorted(range(len(self.outcomes)), key=lambda i: self.outcomes[i].line)
+        handles: dict[str, IO[bytes]] = {}
+        try:
+            for i in order:
+                ref = self.row_refs[i]
+                if ref is None:
+                    fh.write(row_json(self.outcomes[i]) + "\n")
+                    continue
+                path, offset, length = ref
+                src = handles.get(path)
+                if src is None:
+                    src = handles[path] = open(path, "rb")  # noqa: SIM115 (closed below)
+                src.seek(offset)
+                fh.write(src.read(length).decode("utf-8"))
+        finally:
+            for src in handles.values():
+                src.close()
 
     def failing(self, limit: int = 20) -> list[SampleOutcome]:
         return sorted((o for o in self.outcomes if o.verdict == "fail"), key=lambda o: o.line)[:limit]

@@ -32,6 +32,7 @@ class RewardSession:
         #: Not asked for on the command line or in ini, but reward functions bind samples files in markers.
         self.bound_only = False
         self.parts_dir: Path | None = None
+        self._row_sink: Any = None
         self._job: Any = None
         self._rollouts: Any = None
 
@@ -249,7 +250,26 @@ class RewardSession:
 
         return open(self.parts_dir / f"{uuid.uuid4().hex}.jsonl", "w", encoding="utf-8")
 
+    def write_row(self, row: str) -> list[Any] | None:
+        """Append one sample item's full results.jsonl row to this process's rows file; returns where it is
+        (``[path, offset, length]``, for the controller to copy from), or None when no report is written."""
+        if self.parts_dir is None:
+            return None
+        sink = self._row_sink
+        if sink is None:
+            import uuid
+
+            sink = self._row_sink = open(self.parts_dir / f"items-{uuid.uuid4().hex}.jsonl", "ab")  # noqa: SIM115
+        data = (row + "\n").encode("utf-8")
+        offset = sink.tell()
+        sink.write(data)
+        sink.flush()  # the controller (maybe another process) reads it at the end of the session
+        return [sink.name, offset, len(data)]
+
     def cleanup(self) -> None:
+        if self._row_sink is not None:
+            self._row_sink.close()
+            self._row_sink = None
         if self.parts_dir is not None and not self.is_worker:
             import shutil
 

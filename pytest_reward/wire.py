@@ -10,6 +10,8 @@ One format, defined here and nowhere else::
       "outcomes": [[field, ...], ...],              # per-sample outcomes, positional (OUTCOME_FIELDS order)
       "gates": {...} | None,                        # an Evaluation item's own gates (the controller has no class)
       "rollouts": [calls, seconds] | None,          # model calls this item caused for prompt-only samples
+      "rows": [[path, offset, length], ...] | None, # sample items, with --reward-report: where each outcome's
+                                                    # full results.jsonl row is (the outcome keeps bounded texts)
       "crash": "reason" | None,                     # the item ended without a verdict of its own (its groups
                                                     # are errored groups: a fixture error, a timeout, a crash)
       # file-granularity items only (the samples themselves stay on the worker):
@@ -49,6 +51,7 @@ def outcomes_data(
     *,
     rollouts: list[float] | None = None,
     gates: Mapping[str, Any] | None = None,
+    rows: list[Any] | None = None,
 ) -> dict[str, Any]:
     """The report data of an item that reports per-sample outcomes (sample items, line errors, evaluations)."""
     data: dict[str, Any] = {
@@ -60,6 +63,8 @@ def outcomes_data(
         data["rollouts"] = rollouts
     if gates is not None:
         data["gates"] = dict(gates)
+    if rows:
+        data["rows"] = rows
     return data
 
 

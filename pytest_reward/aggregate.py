@@ -95,46 +95,45 @@ class Aggregator:
             summary = Summary.from_dict(data["summary"])
             self._file_groups[(summary.function, summary.file)] = (summary, data)
 
+    def _summary(self, key: tuple[str, str], acc: GroupAccumulator) -> Summary:
+        return acc.summary(seed=self.seed, n_resamples=self.n_resamples, expected=self._expected.get(key))
+
     def groups(self) -> tuple[GroupResult, ...]:
         """Every group's summary and gate verdicts, sorted by function and file."""
-        out: list[GroupResult] = []
         crashes = self._crashes
+
+        def group(key: tuple[str, str], summary: Summary, **fields: Any) -> GroupResult:
+            gates = tuple(evaluate_gates(summary, self.gates(key[0])))
+            return GroupResult(key[0], key[1], summary, gates, errors=tuple(crashes.get(key, ())), **fields)
+
+        out: list[GroupResult] = []
         for key in crashes.keys() - self._accumulators.keys() - self._file_groups.keys():
             # A group whose only item ended without a verdict: nothing was scored, and it says why.
             acc = GroupAccumulator(key[0], key[1], self.gates(key[0]))
-            summary = acc.summary(seed=self.seed, n_resamples=self.n_resamples, expected=self._expected.get(key))
-            out.append(GroupResult(key[0], key[1], summary, errors=tuple(crashes[key])))
+            out.append(group(key, self._summary(key, acc)))
         for key, acc in self._accumulators.items():
-            summary = acc.summary(
-                seed=self.seed, n_resamples=self.n_resamples, expected=self._expected.get(key)
-            )
+            rows = self._rows[key]
             out.append(
-                GroupResult(
-                    key[0],
-                    key[1],
-                    summary,
-                    tuple(evaluate_gates(summary, self.gates(key[0]))),
-                    tuple(self._outcomes[key]),
+                group(
+                    key,
+                    self._summary(key, acc),
+                    outcomes=tuple(self._outcomes[key]),
                     flaky=tuple(acc.flaky),
-                    row_refs=tuple(self._rows[key]) if any(self._rows[key]) else (),
-                    errors=tuple(crashes.get(key, ())),
+                    row_refs=tuple(rows) if any(rows) else (),
                 )
             )
         for key, (summary, data) in self._file_groups.items():
             rows_file = data.get("rows_file")
             out.append(
-                GroupResult(
-                    key[0],
-                    key[1],
+                group(
+                    key,
                     summary,
-                    tuple(evaluate_gates(summary, self.gates(key[0]))),
-                    _outcomes(data, "worst"),
+                    outcomes=_outcomes(data, "worst"),
                     complete_outcomes=False,
                     preview_pool=_outcomes(data, "preview"),
                     flaky=_outcomes(data, "flaky"),
                     rows_file=Path(rows_file) if rows_file else None,
                     record=data.get("record"),
-                    errors=tuple(crashes.get(key, ())),
                 )
             )
         out.sort(key=lambda r: (r.function, r.file))

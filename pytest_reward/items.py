@@ -378,7 +378,8 @@ class _FileRun:
         invoker.light = True  # key and excerpt only for the outcomes kept below
         pool = self.rs.rollouts if self.rollout_settings() is not None else None
         before = (pool.calls, pool.seconds) if pool is not None else (0, 0.0)
-        pending: list[str] = []  # rows written in blocks, not one write call per sample
+        pending: list[str] = []  # rows written in blocks (≤ 4096 rows, ~1 MB), not one write call per sample
+        pending_chars = 0
         try:
             for outcome in self._outcomes():
                 acc.add(outcome)
@@ -386,10 +387,13 @@ class _FileRun:
                 if rows is not None or record is not None:
                     invoker.fill_key(outcome)
                 if rows is not None:
-                    pending.append(row_json(outcome))
-                    if len(pending) >= 4096:
+                    row = row_json(outcome)
+                    pending.append(row)
+                    pending_chars += len(row)
+                    if len(pending) >= 4096 or pending_chars >= 1 << 20:
                         rows.write("\n".join(pending) + "\n")
                         pending.clear()
+                        pending_chars = 0
                 bound_texts(outcome)  # what is kept below (and the flaky list) holds bounded texts
                 if record is not None:
                     record.add(outcome)

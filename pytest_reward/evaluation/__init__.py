@@ -20,7 +20,8 @@ Modules, one concept each:
 * :mod:`.rollout` - :class:`RolloutEvaluation` (generation; check, score or a reward function);
 * :mod:`.encoding` - :class:`EncodingEvaluation` (next-token prediction);
 * :mod:`.perplexity` - :class:`PerplexityEvaluation` and :class:`PerplexityComparisonEvaluation`;
-* :mod:`.evaluator` - :class:`Evaluator`.
+* :mod:`.evaluator` - :class:`Evaluator`, :class:`ExecutionSpec` (the job's name and topology) and
+  :class:`EvaluatorConfig` (what it evaluates, where the results go).
 
 A subclass is a few lines::
 
@@ -37,14 +38,21 @@ A subclass is a few lines::
 
 Decisions (each differs from, or pins down, what theseus does):
 
+* **One start-token convention for every path.** The job's ``start_token`` (the token the model was trained to
+  read in front of every text, as its tokenizer declares it: Hugging Face's ``add_bos_token`` or the
+  ``tokenizer.json`` post-processor; ``None`` when it declares none) is put in front of every text scored
+  (encoding, perplexity), every comparison's context and every rollout prompt, so teacher-forced scores, perplexity
+  and generation condition on the same thing. Without one, a text's first token is not scored (nothing precedes
+  it), as transformers scores ``model(ids, labels=ids)``. theseus put end-of-text in front of scored texts only.
+
 * **One float per sample, one reduction.** ``evaluate_samples`` returns one :class:`EvaluationSample` per scored
   row; ``__call__`` is exactly :func:`reduce_scores` of their ``score``\\ s: ``"mean"`` averages, ``"sum"`` sums,
   ``"none"`` returns the per-sample float64 array, anything else is a ``ValueError`` (raised before the model
   runs). The two views cannot disagree.
-* **Perplexity is ppl, lower is better, everywhere.** A sample's score is its perplexity
-  ``exp(nll / tokens)``, every token of the text scored after the BOS (else end-of-text) token. ``reduce="mean"``
-  is therefore the *mean of per-sample perplexities* (each text weighs the same), not the corpus perplexity
-  ``exp(sum nll / sum tokens)``; that one is :meth:`PerplexityEvaluation.corpus_perplexity` (and
+* **Perplexity is ppl, lower is better, everywhere.** A sample's score is its per-token perplexity
+  ``exp(nll / tokens)`` over the tokens scored (every token of the text after the start token; all but the first
+  without one). ``reduce="mean"`` is therefore the *mean of per-sample perplexities* (each text weighs the same),
+  not the corpus perplexity ``exp(sum nll / sum tokens)``; that one is :meth:`PerplexityEvaluation.corpus_perplexity` (and
   ``InferenceJob.perplexity``). Each sample's ``metrics`` carry ``nll`` (summed, nats) and ``tokens``.
 * **Comparison scores exactly the continuation's tokens.** Each continuation is scored by the job's
   ``loglikelihood(prefix, continuation)``: the log-probability of its own tokens given the prefix (the
@@ -61,10 +69,19 @@ Decisions (each differs from, or pins down, what theseus does):
   :class:`EvaluationError` naming the sample, unless the evaluation sets ``truncate = "left"`` (keep the end of
   the prompt, where its cue is; theseus kept the head).
 * **An empty evaluation is an error** (:class:`EvaluationError`), not a score of 0.
-* **Intermediates** (``return_intermediates=True``, for RL consumers) are one ``(tokens int32 (T,), action_mask
-  bool (T,), padding_mask bool (T,))`` triple per sample for every class: rollouts use theseus's layout (prompt
-  left-padded to ``block_size - max_new_tokens``, generation after it, slots after the stop token masked out);
-  the scoring classes mark the scored tokens as the action.
+* **Intermediates** (``return_intermediates=True``, for RL consumers) are what the seed states: a list of ``(x,
+  padding_mask)`` numpy pairs, one per sample, for every class (``x`` int32 (T,), ``padding_mask`` bool (T,), True
+  on real tokens), so ``x, m = row`` works. Each row is an :class:`Intermediate`, which also carries the action
+  mask as ``row.action_mask`` (bool (T,): the generated slots of a rollout, the scored tokens of a text, the chosen
+  continuation of a comparison). Rollouts use theseus's layout (the prompt as fed, start token included,
+  left-padded to ``block_size - max_new_tokens``, generation after it, slots after the stop token outside both
+  masks). theseus returned triples ``(x, action_mask, padding_mask)`` from three classes and pairs from one.
+* **``chunk_size``** (every class; default 200 as in the seed) bounds how many batches the job keeps in flight:
+  dispatched to the devices before the host collects their results. theseus bounded the batches one compiled
+  call scanned over; here a compiled call runs one batch, so the bound is on the queue, with the same purpose
+  (device memory) and no effect on the results.
+* **``find_accumulation_steps``** reads ``max_batch_size`` as the per-device size, as the seed's table does:
+  ``(1000, 32, 2) -> (25, 20)``.
 
 ``encoding`` defaults to ``inference.tokenizer``. Another encoding (any object with ``encode``, ``decode`` and
 ``eot_token``; theseus's tokenizers qualify) is used through a view of the job that shares its compiled
@@ -79,9 +96,9 @@ from __future__ import annotations
 
 from ..chat import END_MARKERS
 from ..errors import EvaluationError
-from .base import REDUCTIONS, Evaluation, EvaluationSample, reduce_scores
+from .base import REDUCTIONS, Evaluation, EvaluationSample, Intermediate, reduce_scores
 from .encoding import EncodingEvaluation
-from .evaluator import Evaluator
+from .evaluator import Evaluator, EvaluatorConfig, ExecutionSpec
 from .job import ModelJob
 from .perplexity import PerplexityComparisonEvaluation, PerplexityEvaluation
 from .rollout import RolloutEvaluation
@@ -94,6 +111,9 @@ __all__ = [
     "EvaluationError",
     "EvaluationSample",
     "Evaluator",
+    "EvaluatorConfig",
+    "ExecutionSpec",
+    "Intermediate",
     "ModelJob",
     "PerplexityComparisonEvaluation",
     "PerplexityEvaluation",

@@ -29,10 +29,42 @@ __all__ = [
 #: Valid ``reduce`` arguments.
 REDUCTIONS = ("mean", "sum", "none")
 
-#: A row of ``return_intermediates``: tokens int32 (T,), action mask bool (T,), padding mask bool (T,).
-Intermediate = tuple[np.ndarray, np.ndarray, np.ndarray]
 
-#: ``evaluate_samples``' ``intermediates`` argument: a list to append one :data:`Intermediate` per sample to, when
+class Intermediate(tuple[np.ndarray, np.ndarray]):
+    """One row of ``return_intermediates``: the pair ``(x, padding_mask)`` the seed documents, so ``x, m = row``
+    works, and the row's action mask as an attribute.
+
+    Attributes (numpy, shape (T,)):
+        x: token ids, int32, left-padded with the pad token (``row[0]``).
+        padding_mask: bool, True on real tokens (``row[1]``).
+        action_mask: bool, True on the tokens the model produced or was scored on: a rollout's generated slots,
+            the scored tokens of a text (not its start token), the chosen continuation of a comparison. An RL
+            trainer's policy-gradient mask.
+    """
+
+    action_mask: np.ndarray
+
+    def __new__(cls, x: np.ndarray, padding_mask: np.ndarray, action_mask: np.ndarray) -> Intermediate:
+        row = super().__new__(cls, (x, padding_mask))
+        row.action_mask = action_mask
+        return row
+
+    @property
+    def x(self) -> np.ndarray:
+        return self[0]
+
+    @property
+    def padding_mask(self) -> np.ndarray:
+        return self[1]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Intermediate, (self[0], self[1], self.action_mask))
+
+    def __repr__(self) -> str:
+        return f"Intermediate(x={self[0]!r}, padding_mask={self[1]!r}, action_mask={self.action_mask!r})"
+
+
+#: ``evaluate_samples``' ``intermediates`` argument: a list to append one :class:`Intermediate` per sample to, when
 #: the caller asked for them (``return_intermediates=True``); else ``None``.
 Intermediates = list[Intermediate] | None
 
@@ -119,11 +151,9 @@ class Prepared:
                 self.check_tokens(i, ids)
         return encoded
 
-    @property
-    def prefix_token(self) -> int:
-        """What the job puts before a text to score its first token: BOS, else end-of-text."""
-        bos = getattr(self.encoding, "bos_token", None)
-        return int(self.encoding.eot_token) if bos is None else int(bos)
+    def read(self, ids: Sequence[int]) -> list[int]:
+        """A text's ids as the job reads them (after its start token, if it has one)."""
+        return self.job.with_start_token(ids)
 
     def scores(self, values: Iterable[float], n: int) -> list[float]:
         """``score()``'s values as floats; :class:`EvaluationError` unless there are exactly ``n``."""
@@ -150,14 +180,14 @@ def intermediate(tokens: Sequence[int], action_from: int, length: int, pad: int)
     padding[length - n :] = True
     action = np.zeros(length, bool)
     action[length - n + action_from :] = True
-    return x, action, padding
+    return Intermediate(x, padding, action)
 
 
 class Evaluation(ABC):
     """A dataset adapter: ``len`` samples, scored through a model job, one float per sample.
 
     The built-in classes implement :meth:`evaluate_samples`; a direct subclass implements it too (append one
-    intermediate triple per sample to ``intermediates`` when that list is given).
+    :class:`Intermediate` per sample to ``intermediates`` when that list is given).
     """
 
     @property
@@ -187,9 +217,11 @@ class Evaluation(ABC):
     ) -> Any:
         """Run the evaluation and reduce the per-sample scores (see :func:`reduce_scores`).
 
-        Returns the score, or ``(score, intermediates)`` with ``return_intermediates``: one ``(tokens,
-        action_mask, padding_mask)`` triple of numpy arrays per sample. Other keyword arguments go to
-        :meth:`evaluate_samples` (classes ignore the ones they do not use, e.g. ``temperature`` for perplexity).
+        Returns the score, or ``(score, intermediates)`` with ``return_intermediates``: a list of ``(x,
+        padding_mask)`` numpy pairs, one per sample (:class:`Intermediate`; ``row.action_mask`` is the action
+        mask). Other keyword arguments go to :meth:`evaluate_samples` (classes ignore the ones they do not use,
+        e.g. ``temperature`` for perplexity; ``chunk_size`` bounds the batches in flight, see
+        ``pytest_reward.jax.inference``).
         """
         check_reduce(reduce)
         intermediates: Intermediates = [] if return_intermediates else None
@@ -207,12 +239,15 @@ class Evaluation(ABC):
     def find_accumulation_steps(
         dataset_size: int, max_batch_size: int, dp_replicate: int
     ) -> tuple[int, int] | tuple[None, None]:
-        """Find a batch size and accumulation steps that split the dataset evenly.
+        """Find a per-device batch size and accumulation steps that split the dataset evenly.
 
-        Returns ``(batch_size, dataset_size // batch_size)`` for the largest ``batch_size <= max_batch_size``
-        that divides ``dataset_size`` and is a multiple of ``dp_replicate`` (so each replica gets
-        ``batch_size // dp_replicate`` rows), or ``(None, None)`` when there is none. The evaluations here do
-        not need it (the job buckets and pads batches itself); it is kept for code written against theseus.
+        ``max_batch_size`` is the largest **per-device** batch size. Returns ``(batch_size, steps)`` for the
+        largest ``batch_size <= max_batch_size`` such that ``batch_size * dp_replicate`` (one step's global
+        batch) divides ``dataset_size``, with ``steps = dataset_size // (batch_size * dp_replicate)``; so
+        ``batch_size * dp_replicate * steps == dataset_size``. ``(None, None)`` when no per-device size divides
+        evenly (only when ``dp_replicate`` does not divide ``dataset_size``). ``(1000, 32, 2)`` -> ``(25, 20)``,
+        ``(96, 32, 4)`` -> ``(24, 1)``. The evaluations here do not need it (the job buckets and pads batches
+        itself); it is kept for code written against theseus.
         """
         for label, value in (
             ("dataset_size", dataset_size),
@@ -221,9 +256,9 @@ class Evaluation(ABC):
         ):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"{label} must be a positive integer, got {value!r}")
-        for batch_size in range(max_batch_size - max_batch_size % dp_replicate, 0, -dp_replicate):
-            if dataset_size % batch_size == 0:
-                return int(batch_size), int(dataset_size // batch_size)
+        for batch_size in range(int(max_batch_size), 0, -1):
+            if dataset_size % (batch_size * dp_replicate) == 0:
+                return batch_size, int(dataset_size // (batch_size * dp_replicate))
         return None, None
 
     # -- the shared start of evaluate_samples

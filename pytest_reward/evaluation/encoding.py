@@ -18,12 +18,16 @@ class EncodingEvaluation(Evaluation):
     """Evaluation by next-token prediction: ``get(i) -> text``; the model reads the text (teacher forcing) and
     its argmax prediction at every position is decoded, cleaned and checked against the text.
 
-    ``y_hat`` has one token per token of the text: token ``k`` is the model's guess of the text's token ``k``
-    from the tokens before it (the first from the BOS, else end-of-text, token), so a perfect model
-    reproduces the text. Subclasses implement ``name``, ``__len__``, ``get`` and ``check(x, y_hat)`` (or
+    The text is read after the job's start token (``job.start_token``), as rollouts read prompts. ``y_hat``
+    decodes the model's guess of every token of the text that has something before it, each from the true tokens
+    before it: with a start token that is every token (a perfect model reproduces the text), without one every
+    token but the first (nothing precedes it; theseus's ``argmax(logits[:, :-1])``). Either way the end of
+    ``y_hat`` lines up with the end of the text, so a check of the text's last tokens (an answer) is the same
+    under both conventions. Subclasses implement ``name``, ``__len__``, ``get`` and ``check(x, y_hat)`` (or
     ``score(xs, y_hats)``); ``clean`` defaults to strip. Metrics: ``correct`` (with ``check``) and
-    ``token_accuracy`` (fraction of the text's tokens predicted exactly). A text longer than ``block_size``
-    tokens raises :class:`EvaluationError`.
+    ``token_accuracy`` (fraction of the predicted tokens that are exactly right). A text longer than
+    ``block_size`` tokens (the start token counted) raises :class:`EvaluationError`, and so does a text with no
+    token to predict.
     """
 
     @abstractmethod
@@ -43,22 +47,32 @@ class EncodingEvaluation(Evaluation):
         return [float(self.check(x, y_hat)) for x, y_hat in zip(xs, y_hats, strict=True)]
 
     def evaluate_samples(
-        self, inference: Any, encoding: Any = None, *, intermediates: Intermediates = None, **kwargs: Any
+        self,
+        inference: Any,
+        encoding: Any = None,
+        *,
+        chunk_size: int | None = 200,
+        intermediates: Intermediates = None,
+        **kwargs: Any,
     ) -> list[EvaluationSample]:
         run = self._prepare(inference, encoding, self._text)
         texts = run.rows
         seqs = []
         for i, ids in zip(run.indices, run.encode(texts), strict=True):
-            if not ids:
-                raise EvaluationError(f"evaluation {self.name!r}, sample {i}: the text encodes to no tokens")
-            if len(ids) > run.job.block_size:
+            seq = run.read(ids)
+            if len(seq) < 2:
                 raise EvaluationError(
-                    f"evaluation {self.name!r}, sample {i}: the text has {len(ids)} tokens, more than "
+                    f"evaluation {self.name!r}, sample {i}: the text has no token to predict (it encodes to "
+                    f"{len(ids)} token(s) and the job's start token is {run.job.start_token})"
+                )
+            if len(seq) > run.job.block_size:
+                raise EvaluationError(
+                    f"evaluation {self.name!r}, sample {i}: the text has {len(seq)} tokens as read, more than "
                     f"block_size={run.job.block_size}"
                 )
-            seqs.append([run.prefix_token, *ids])
+            seqs.append(seq)
         # argmax in vocabulary chunks: the (T, V) logits are never held
-        preds = [p.tolist() for p in run.job.predictions([s[:-1] for s in seqs])]
+        preds = [p.tolist() for p in run.job.predictions([s[:-1] for s in seqs], chunk_size=chunk_size)]
         outputs = [self.clean(d) for d in run.encoding.decode_batch(preds)]
         scores = run.scores(self.score(texts, outputs), len(texts))
         by_check = type(self).score is EncodingEvaluation.score

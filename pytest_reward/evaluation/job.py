@@ -5,6 +5,10 @@ An evaluation never imports the engine: it is handed a job (``pytest_reward.jax.
 :class:`ModelJob`; a test may hand it anything that does) and calls only what is named here. Every model call is
 one batched call per evaluation (``generate_tokens``, ``token_nll``, ``loglikelihood``, ``predictions``), so the
 job's compiled programs are shared by every evaluation.
+
+The start token is the job's (``job.start_token``, from the model's tokenizer): every evaluation reads texts,
+prompts and contexts through it (``job.with_start_token``), so scoring and generation condition on the same thing.
+A view of the job with another encoding keeps it: it belongs to the model, whatever encodes the text.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ __all__ = ["Encoding", "ForeignEncoding", "JobConfig", "ModelJob", "ScoredContin
 
 @runtime_checkable
 class Encoding(Protocol):
-    """A tokenizer as the evaluations use it. ``bos_token`` and ``vocab_size`` are read when present."""
+    """A tokenizer as the evaluations use it. ``vocab_size`` is read when present."""
 
     @property
     def eot_token(self) -> int: ...
@@ -58,6 +62,7 @@ class ModelJob(Protocol):
     config: JobConfig
     block_size: int  # context length: prompt + generation, or a scored text, must fit
     stop_token_ids: tuple[int, ...]  # generation ends at these (end-of-text / eos ids)
+    start_token: int | None  # put in front of every text, prompt and context the job reads; None: read bare
     length: int  # > 0: evaluate a random subset of this many samples (theseus's ``eval/length``)
     random: random.Random  # draws that subset
 
@@ -72,20 +77,33 @@ class ModelJob(Protocol):
         seed: int | None = None,
         n: int = 1,
         truncate: Literal["error", "left"] = "error",
+        chunk_size: int | None = None,
     ) -> tuple[list[list[int]], list[list[int]]]:
-        """(``len(prompts) * n`` generated id lists, each ending with its stop token if any; prompts as fed)."""
+        """(``len(prompts) * n`` generated id lists, each ending with its stop token if any; prompts as fed, i.e.
+        after the start token)."""
         ...
 
-    def token_nll(self, texts: Sequence[str]) -> list[np.ndarray]:
-        """Per-token negative log-likelihood of each text, every token scored (the first after BOS / eot)."""
+    def with_start_token(self, ids: Sequence[int]) -> list[int]:
+        """``ids`` as the job reads them: the start token in front, unless there is none or it is already there;
+        empty ids are the start token alone, else the end-of-text token."""
         ...
 
-    def loglikelihood(self, requests: Sequence[tuple[str, str]]) -> Sequence[ScoredContinuation]:
-        """Log-probability of exactly each continuation's tokens given its context."""
+    def token_nll(self, texts: Sequence[str], *, chunk_size: int | None = None) -> list[np.ndarray]:
+        """Per-token negative log-likelihood of each text read after the start token: every token scored with
+        one, every token but the first without."""
         ...
 
-    def predictions(self, sequences: Sequence[Sequence[int]]) -> list[np.ndarray]:
-        """The argmax next token after every prefix of each sequence."""
+    def loglikelihood(
+        self, requests: Sequence[tuple[str, str]], *, chunk_size: int | None = None
+    ) -> Sequence[ScoredContinuation]:
+        """Log-probability of exactly each continuation's tokens given its context (read after the start
+        token)."""
+        ...
+
+    def predictions(
+        self, sequences: Sequence[Sequence[int]], *, chunk_size: int | None = None
+    ) -> list[np.ndarray]:
+        """The argmax next token after every prefix of each sequence (read as given)."""
         ...
 
 
@@ -111,10 +129,6 @@ class ForeignEncoding:
     def pad_token(self) -> int:
         pad = getattr(self.inner, "pad_token", None)
         return self.eot_token if pad is None else int(pad)
-
-    @property
-    def bos_token(self) -> int | None:
-        return getattr(self.inner, "bos_token", None)
 
     @property
     def vocab_size(self) -> int | None:

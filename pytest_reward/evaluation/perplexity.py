@@ -19,11 +19,14 @@ __all__ = ["PerplexityComparisonEvaluation", "PerplexityEvaluation"]
 class PerplexityEvaluation(Evaluation):
     """Evaluation by perplexity (ppl, lower is better): ``get(i) -> text``.
 
-    Every token of the text is scored, the first given the BOS (else end-of-text) token; texts longer than
-    ``block_size`` are scored in consecutive windows (the job's ``token_nll``). A sample's score is its
-    perplexity ``exp(nll / tokens)`` and its metrics are ``nll`` (summed, nats) and ``tokens``; ``reduce="mean"``
-    is the mean of the per-sample perplexities. The corpus perplexity ``exp(sum nll / sum tokens)`` is
-    :meth:`corpus_perplexity`. An empty text raises :class:`EvaluationError`.
+    The text is read after the job's start token (``job.start_token``) and every token that has something before
+    it is scored (the job's ``token_nll``): with a start token every token of the text, without one every token
+    but the first; this is the perplexity transformers computes as ``exp(model(ids, labels=ids).loss)`` for the
+    ids its tokenizer gives. Texts longer than ``block_size`` are scored in consecutive windows. A sample's score
+    is its per-token perplexity ``exp(nll / tokens)``, and its metrics are ``nll`` (summed, nats) and ``tokens``
+    (how many were scored); ``reduce="mean"`` is the mean of the per-sample perplexities. The corpus perplexity
+    ``exp(sum nll / sum tokens)`` is :meth:`corpus_perplexity`. A text with no token to score raises
+    :class:`EvaluationError`.
     """
 
     @abstractmethod
@@ -46,21 +49,32 @@ class PerplexityEvaluation(Evaluation):
         return float(math.exp(nll / tokens))
 
     def evaluate_samples(
-        self, inference: Any, encoding: Any = None, *, intermediates: Intermediates = None, **kwargs: Any
+        self,
+        inference: Any,
+        encoding: Any = None,
+        *,
+        chunk_size: int | None = 200,
+        intermediates: Intermediates = None,
+        **kwargs: Any,
     ) -> list[EvaluationSample]:
         run = self._prepare(inference, encoding, self._text)
         texts = run.rows
         # the job encodes the texts itself: encode here only to check the ids or to lay out intermediates
         encoded = run.encode(texts) if run.check_ids or intermediates is not None else []
-        token_nll = run.job.token_nll(texts)
+        token_nll = run.job.token_nll(texts, chunk_size=chunk_size)
         counts = np.asarray([len(x) for x in token_nll], np.float64)
         nll = np.asarray([float(x.sum(dtype=np.float64)) for x in token_nll], np.float64)
         for i, c in zip(run.indices, counts, strict=True):
             if c == 0:
-                raise EvaluationError(f"evaluation {self.name!r}, sample {i}: the text encodes to no tokens")
+                raise EvaluationError(
+                    f"evaluation {self.name!r}, sample {i}: the text has no token to score (the job's start "
+                    f"token is {run.job.start_token}; without one a text's first token is not scored)"
+                )
         scores = run.scores(self.score(nll, counts), len(texts))
-        if intermediates is not None:
-            intermediates.extend(run.intermediates([([run.prefix_token, *ids], 1) for ids in encoded]))
+        if (
+            intermediates is not None
+        ):  # the first token read is never scored: the start token, or the text's first
+            intermediates.extend(run.intermediates([(run.read(ids), 1) for ids in encoded]))
         return [
             EvaluationSample(index=i, input=x, score=s, metrics={"nll": float(total), "tokens": float(c)})
             for i, x, s, total, c in zip(run.indices, texts, scores, nll, counts, strict=True)
@@ -70,11 +84,12 @@ class PerplexityEvaluation(Evaluation):
 class PerplexityComparisonEvaluation(Evaluation):
     """Multiple choice by likelihood: ``get(i) -> (prefix, continuations, correct_index)``.
 
-    Each continuation is scored by the log-probability of exactly its own tokens given the prefix (the job's
-    ``loglikelihood``: lm-eval's split, so tokens merging across the boundary are handled, and a long prefix
-    keeps its end). The chosen continuation maximises the mean log-probability per token (``selection =
-    "mean"``) or the sum (``selection = "sum"``); ties go to the first. The score is 1.0 when the choice is the
-    correct one (metric ``correct``); ``output`` is the chosen continuation, ``target`` the correct one.
+    Each continuation is scored by the log-probability of exactly its own tokens given the prefix, read after the
+    job's start token (the job's ``loglikelihood``: lm-eval's split, so tokens merging across the boundary are
+    handled, and a long prefix keeps its end). The chosen continuation maximises the mean log-probability per
+    token (``selection = "mean"``) or the sum (``selection = "sum"``); ties go to the first. The score is 1.0 when
+    the choice is the correct one (metric ``correct``); ``output`` is the chosen continuation, ``target`` the
+    correct one.
     """
 
     selection: Literal["mean", "sum"] = "mean"
@@ -88,7 +103,13 @@ class PerplexityComparisonEvaluation(Evaluation):
         return [float(f) for f in correct_flags]
 
     def evaluate_samples(
-        self, inference: Any, encoding: Any = None, *, intermediates: Intermediates = None, **kwargs: Any
+        self,
+        inference: Any,
+        encoding: Any = None,
+        *,
+        chunk_size: int | None = 200,
+        intermediates: Intermediates = None,
+        **kwargs: Any,
     ) -> list[EvaluationSample]:
         if self.selection not in ("mean", "sum"):
             raise EvaluationError(
@@ -109,7 +130,7 @@ class PerplexityComparisonEvaluation(Evaluation):
                 if run.check_ids:
                     run.check_tokens(i, whole)
                 requests.append((prefix, cont))
-        lls = iter(job.loglikelihood(requests))
+        lls = iter(job.loglikelihood(requests, chunk_size=chunk_size))
         flags, chosen, details = [], [], []
         for i, (_, conts, correct) in zip(run.indices, items, strict=True):
             results = [next(lls) for _ in conts]
@@ -126,9 +147,9 @@ class PerplexityComparisonEvaluation(Evaluation):
         if intermediates is not None:
             rows = []
             for (prefix, conts, _), (k, ll) in zip(items, chosen, strict=True):
-                start = [] if prefix else [run.prefix_token]
-                whole = [*start, *enc.encode(prefix + conts[k])]
-                rows.append((whole, len(whole) - ll.num_tokens))
+                whole = enc.encode(prefix + conts[k])
+                context = run.read(whole[: len(whole) - ll.num_tokens])  # as the job read it
+                rows.append(([*context, *whole[len(whole) - ll.num_tokens :]], len(context)))
             intermediates.extend(run.intermediates(rows))
         samples = []
         for i, (prefix, conts, correct), s, flag, (k, _), values in zip(

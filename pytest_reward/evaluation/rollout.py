@@ -110,12 +110,13 @@ class RolloutEvaluation(Evaluation):
         top_k: int | None = None,
         samples_per_prompt: int | None = None,
         seed: int | None = None,
-        chunk_size: int | None = None,
+        chunk_size: int | None = 200,
         intermediates: Intermediates = None,
         **kwargs: Any,
     ) -> list[EvaluationSample]:
-        """Generate for every prompt in one batched job call, then score. ``chunk_size`` is accepted for theseus
-        compatibility and ignored (the job chooses its batches)."""
+        """Generate for every prompt in one batched job call, then score. Each prompt is read after the job's
+        start token, as the scoring classes read texts. ``chunk_size`` bounds how many batches the job keeps in
+        flight (``None``: all); it does not change the results."""
         run = self._prepare(inference, encoding, self._row)
         job, enc = run.job, run.encoding
         fn = self._reward_function()
@@ -140,6 +141,7 @@ class RolloutEvaluation(Evaluation):
             seed=self.seed if seed is None else seed,
             n=n,
             truncate="left",
+            chunk_size=chunk_size,
         )
         generated = self._generated_text(run, gens)
         outputs = [self.clean(g) for g in generated]
@@ -152,7 +154,9 @@ class RolloutEvaluation(Evaluation):
             scored = [(s, {"correct": s} if by_check else {}, None, None) for s in scores]
         if intermediates is not None:
             pad = int(enc.pad_token)
-            for k, gen in enumerate(gens):  # theseus's layout: prompt in [0, budget), generation after it
+            for k, gen in enumerate(
+                gens
+            ):  # theseus's layout: prompt as fed in [0, budget), generation after it
                 row = intermediate([*fed[k // n], *gen], len(fed[k // n]), budget + len(gen), pad)
                 intermediates.append(_right_pad(row, budget + max_new, pad))
         return [
@@ -182,12 +186,13 @@ class RolloutEvaluation(Evaluation):
         texts = [p if isinstance(p, str) else run.encoding.apply_chat_template(list(p)) for p, _ in run.rows]
         encoded = run.encode(texts)
         for i, ids in zip(run.indices, encoded, strict=True):
-            if len(ids) > budget and self.truncate != "left":
+            n = len(run.read(ids))  # as the job feeds it: after its start token
+            if n > budget and self.truncate != "left":
                 raise EvaluationError(
-                    f"evaluation {self.name!r}, sample {i}: the prompt has {len(ids)} tokens; with "
-                    f"max_new_tokens={max_new} it needs {len(ids) + max_new} positions but block_size is "
+                    f"evaluation {self.name!r}, sample {i}: the prompt has {n} tokens as read; with "
+                    f"max_new_tokens={max_new} it needs {n + max_new} positions but block_size is "
                     f"{run.job.block_size}. Shorten it, lower max_new_tokens(), or set truncate = 'left' to keep "
-                    f"its last {budget} tokens."
+                    f"its last tokens."
                 )
         return encoded
 
@@ -205,14 +210,14 @@ class RolloutEvaluation(Evaluation):
 
 
 def _right_pad(row: Intermediate, length: int, pad: int) -> Intermediate:
-    x, action, padding = row
-    extra = length - len(x)
+    """The generation slots after a stop token: pad tokens, outside both masks."""
+    extra = length - len(row.x)
     if extra <= 0:
         return row
-    return (
-        np.concatenate([x, np.full(extra, pad, np.int32)]),
-        np.concatenate([action, np.zeros(extra, bool)]),
-        np.concatenate([padding, np.zeros(extra, bool)]),
+    return Intermediate(
+        np.concatenate([row.x, np.full(extra, pad, np.int32)]),
+        np.concatenate([row.padding_mask, np.zeros(extra, bool)]),
+        np.concatenate([row.action_mask, np.zeros(extra, bool)]),
     )
 
 

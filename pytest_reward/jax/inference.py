@@ -7,11 +7,27 @@ Strings in, dataclasses out::
     [ll] = job.loglikelihood([("12+345=", "357")])              # ll.logprob, ll.num_tokens, ll.is_greedy
     nll = job.token_nll(["12+345=357"])[0]                      # per-token negative log-likelihoods
 
+Start token. ``job.start_token`` is the one token put in front of every text the job reads: scored texts
+(``token_nll``, ``perplexity``), the contexts of ``loglikelihood`` and every prompt it generates from, so scoring
+and generation condition on the same thing, the thing the model was trained on. It is the tokenizer's declared
+start token by default (``Tokenizer.start_token``: Hugging Face's ``add_bos_token``, else the ``tokenizer.json``
+post-processor, see :mod:`.tokenizer`); ``None`` means texts are read bare, and then a text's first token is not
+scored (nothing precedes it) and an empty prompt or context starts from the end-of-text token. A sequence that
+already begins with the start token (a chat template that writes it) does not get a second one.
+:meth:`InferenceJob.with_start_token` is that rule; the token-level ``logits`` / ``predictions`` read their
+sequences as given.
+
 Shape buckets. A rollout call pads every prompt (left) to one length bucket ``P`` (a power of two >= 16, capped at
 ``block_size``), rounds ``max_new_tokens`` up to a bucket ``N`` for the cache, and splits the rows into batches
 of ``B = per_device_batch_size * devices`` (fewer rows: the next power of two). One executable per ``(B, P, N,
 sampling mode)`` is compiled ahead of time and kept in ``self._executables``, so 8, 64 or 256 prompts of the same
 length range compile once. Scoring works the same way with ``(B, T)`` buckets.
+
+Batches in flight. A compiled call runs one batch; the host dispatches the calls asynchronously (the devices queue
+them) and then collects the results. ``chunk_size`` (every batched method takes it) bounds how many batches are
+dispatched before the host waits for their results, i.e. how many batches' inputs and outputs can be held in
+device memory at once; ``None`` (default) dispatches all of them. theseus's ``chunk_size`` bounded the batches one
+compiled call scanned over, for the same reason. The results do not depend on it.
 
 Devices. The batch axis is sharded over every device of the mesh (``jax.devices()``; ``XLA_FLAGS=
 --xla_force_host_platform_device_count=2`` makes two CPU devices), parameters are replicated. Several hosts: call
@@ -31,7 +47,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
@@ -102,6 +118,9 @@ class InferenceStats:
     decode_steps: int = 0  # tokens produced per row before each batch's loop ended, summed over batches
     score_calls: int = 0
     tokens_scored: int = 0
+    max_batches_in_flight: int = (
+        0  # most batches dispatched and not yet collected at once (see ``chunk_size``)
+    )
     compile_keys: list[tuple[Any, ...]] = field(default_factory=list)
 
 
@@ -129,6 +148,9 @@ class InferenceJob:
         devices: devices to shard the batch over (default: all of ``jax.devices()``).
         dtype: ``"float32"`` (default, exact) or ``"bfloat16"`` (weights and activations; logits stay float32).
         seed: seeds ``key`` and the default rollout seeds.
+        start_token: the token put in front of every text the job reads (see the module docstring): ``"auto"``
+            (default) takes the tokenizer's declared ``start_token``; an id or a special token's text sets it;
+            ``None`` reads texts bare.
         compilation_cache_dir: enable jax's persistent compilation cache there (process-wide).
         score_tokens_per_batch: bounds B x T of a scoring batch (the (B, T, V) logits live in memory).
     """
@@ -144,6 +166,7 @@ class InferenceJob:
         devices: Sequence[Any] | None = None,
         dtype: str = "float32",
         seed: int = 0,
+        start_token: int | str | None = "auto",
         compilation_cache_dir: str | Path | None = None,
         score_tokens_per_batch: int = 8192,
     ):
@@ -180,6 +203,56 @@ class InferenceJob:
         self.stop_token_ids: tuple[int, ...] = tuple(
             sorted({int(t) for t in eos if 0 <= int(t) < config.vocab_size})
         )
+        self.start_token: int | None = self._start_token(start_token)
+
+    def _start_token(self, value: int | str | None) -> int | None:
+        if value == "auto":
+            value = getattr(self.tokenizer, "start_token", None)
+        elif isinstance(value, str):
+            ids = self.tokenizer.encode(value, allowed_special="all")
+            if len(ids) != 1:
+                raise ValueError(
+                    f"start_token={value!r} is not one token of the tokenizer (it encodes to {ids})"
+                )
+            value = ids[0]
+        if value is None:
+            return None
+        if isinstance(value, bool) or not 0 <= int(value) < self.config.vocab_size:
+            raise ValueError(f"start_token={value!r} is not an id of the model's vocabulary")
+        return int(value)
+
+    def with_start_token(self, ids: Sequence[int]) -> list[int]:
+        """``ids`` as the job reads them: the start token in front, unless the job has none or ``ids`` already
+        begin with it. Empty ``ids`` are read as the start token alone, else as the end-of-text token (a
+        generation or a continuation needs something to condition on)."""
+        out = [int(t) for t in ids]
+        if self.start_token is None:
+            return out or [int(self.tokenizer.eot_token)]
+        return out if out[:1] == [self.start_token] else [self.start_token, *out]
+
+    def _fit(self, ids: list[int], limit: int) -> list[int]:
+        """The last ``limit`` tokens of ``ids``; a leading start token stays in front."""
+        if len(ids) <= limit:
+            return ids
+        keep = 1 if self.start_token is not None and ids[:1] == [self.start_token] else 0
+        return ids[:keep] + ids[len(ids) - (limit - keep) :]
+
+    def _in_chunks(self, batches: Iterable[Any], chunk_size: int | None) -> list[Any]:
+        """Iterating ``batches`` dispatches one compiled batch per item and yields its device outputs; at most
+        ``chunk_size`` are dispatched before the host collects them. Returns every batch's outputs on the host,
+        in order."""
+        if chunk_size is not None and (isinstance(chunk_size, bool) or int(chunk_size) < 1):
+            raise ValueError(f"chunk_size must be a positive number of batches or None, got {chunk_size!r}")
+        done: list[Any] = []
+        pending: list[Any] = []
+        for outputs in batches:
+            pending.append(outputs)
+            self.stats.max_batches_in_flight = max(self.stats.max_batches_in_flight, len(pending))
+            if chunk_size is not None and len(pending) >= int(chunk_size):
+                done.extend(jax.tree_util.tree_map(self._fetch, p) for p in pending)
+                pending = []
+        done.extend(jax.tree_util.tree_map(self._fetch, p) for p in pending)
+        return done
 
     # ------------------------------------------------------------------------------------------ construction
     @classmethod
@@ -288,6 +361,7 @@ class InferenceJob:
         n: int = 1,
         truncate: Literal["error", "left"] = "error",
         ignore_eos: bool = False,
+        chunk_size: int | None = None,
     ) -> list[Rollout]:
         """Generate continuations of text prompts (or chats: lists of ``{"role", "content"}`` messages).
 
@@ -298,9 +372,10 @@ class InferenceJob:
         ``stop`` strings cut the text afterwards, and one the tokenizer spells with a single token also ends the
         row's decoding when emitted (:meth:`single_token_stops`: less work, the same text).
 
-        A prompt needs ``len(prompt_tokens) + max_new_tokens <= block_size``; a longer one raises ``ValueError``
-        unless ``truncate="left"``, which keeps the prompt's last tokens. An empty prompt starts from the
-        end-of-text token.
+        Every prompt is read after the job's :attr:`start_token` (when it has one). A prompt needs
+        ``len(prompt_tokens) + max_new_tokens <= block_size`` (the start token counted); a longer one raises
+        ``ValueError`` unless ``truncate="left"``, which keeps the start token and the prompt's last tokens. An empty
+        prompt is the start token alone, else the end-of-text token. ``chunk_size``: see the module docstring.
         """
         texts = [p if isinstance(p, str) else self.tokenizer.apply_chat_template(p) for p in prompts]
         encoded = self.tokenizer.encode_batch(texts, allowed_special="all")
@@ -316,6 +391,7 @@ class InferenceJob:
             truncate=truncate,
             ignore_eos=ignore_eos,
             stop_token_ids=self.single_token_stops(stops),
+            chunk_size=chunk_size,
         )
         results = []
         for row, gen in enumerate(gens):
@@ -334,7 +410,11 @@ class InferenceJob:
                 ids = self.tokenizer.encode(text, allowed_special="all")
             except Exception:  # a tokenizer that cannot encode it: the string is still cut afterwards
                 continue
-            if len(ids) == 1 and 0 <= int(ids[0]) < self.config.vocab_size and self.tokenizer.decode(ids) == text:
+            if (
+                len(ids) == 1
+                and 0 <= int(ids[0]) < self.config.vocab_size
+                and self.tokenizer.decode(ids) == text
+            ):
                 out.add(int(ids[0]))
         return tuple(sorted(out))
 
@@ -374,11 +454,14 @@ class InferenceJob:
         truncate: Literal["error", "left"] = "error",
         ignore_eos: bool = False,
         stop_token_ids: Sequence[int] = (),
+        chunk_size: int | None = None,
     ) -> tuple[list[list[int]], list[list[int]]]:
         """Token-level rollout: prompt id lists -> (``len(prompts) * n`` generated id lists, prompts as fed).
 
-        A generated list ends with the stop token that ended it, if any (see :meth:`rollout` for the rest).
-        ``stop_token_ids`` end rows too, besides the end-of-text/eos tokens (not with ``ignore_eos``).
+        The prompts are ids as the tokenizer encodes text; each is fed after the start token (:meth:`with_start_token`),
+        and the prompts as fed are returned. A generated list ends with the stop token that ended it, if any (see
+        :meth:`rollout` for the rest). ``stop_token_ids`` end rows too, besides the end-of-text/eos tokens (not
+        with ``ignore_eos``).
         """
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -393,16 +476,15 @@ class InferenceJob:
             )
         fed: list[list[int]] = []
         for i, ids in enumerate(prompts):
-            ids = list(ids) or [self.tokenizer.eot_token]
-            if len(ids) > limit:
-                if truncate != "left":
-                    raise ValueError(
-                        f"prompt {i} has {len(ids)} tokens; with max_new_tokens={max_new_tokens} it needs "
-                        f"{len(ids) + max_new_tokens} positions but block_size is {self.block_size}. Shorten it, "
-                        f"lower max_new_tokens, or pass truncate='left' to keep its last {limit} tokens."
-                    )
-                ids = ids[-limit:]
-            fed.append(ids)
+            ids = self.with_start_token(ids)
+            if len(ids) > limit and truncate != "left":
+                start = " (the start token included)" if self.start_token is not None else ""
+                raise ValueError(
+                    f"prompt {i} has {len(ids)} tokens{start}; with max_new_tokens={max_new_tokens} it needs "
+                    f"{len(ids) + max_new_tokens} positions but block_size is {self.block_size}. Shorten it, "
+                    f"lower max_new_tokens, or pass truncate='left' to keep its last tokens."
+                )
+            fed.append(self._fit(ids, limit))
         self.stats.rollout_calls += 1
         if not fed:
             return [], []
@@ -426,22 +508,26 @@ class InferenceJob:
         )
         stop_ids = () if ignore_eos else tuple(sorted({*self.stop_token_ids, *map(int, stop_token_ids)}))
         static = {"cfg": self.config, "new_slots": new_slots, "mode": mode, "stop_ids": stop_ids}
-        pending = []
-        for start in range(0, len(rows), B):
-            chunk = rows[start : start + B]
-            chunk = chunk + [chunk[-1]] * (B - len(chunk))  # pad the last batch with copies (dropped below)
-            tokens, mask = self.pad([fed[i] for i, _ in chunk], self.tokenizer.pad_token, P)
-            args = (
-                params,
-                self._put_batch(tokens),
-                self._put_batch(mask),
-                self._put_batch(np.asarray(chunk, np.int32)),
-            )
-            exe = self._executable("rollout", generate.rollout_jit, (*args, *scalars), static)
-            pending.append(exe(*args, *scalars))  # async dispatch: batches queue up on the devices
+
+        def batches() -> Iterator[Any]:
+            for start in range(0, len(rows), B):
+                chunk = rows[start : start + B]
+                chunk = chunk + [chunk[-1]] * (
+                    B - len(chunk)
+                )  # pad the last batch with copies (dropped below)
+                tokens, mask = self.pad([fed[i] for i, _ in chunk], self.tokenizer.pad_token, P)
+                args = (
+                    params,
+                    self._put_batch(tokens),
+                    self._put_batch(mask),
+                    self._put_batch(np.asarray(chunk, np.int32)),
+                )
+                exe = self._executable("rollout", generate.rollout_jit, (*args, *scalars), static)
+                yield exe(*args, *scalars)  # async dispatch: the batch queues up on the devices
+
         outs = []
-        for out, steps in pending:
-            outs.append(self._fetch(out))
+        for out, steps in self._in_chunks(batches(), chunk_size):
+            outs.append(out)
             self.stats.decode_steps += int(steps)
         out = np.concatenate(outs)[: len(rows)]
         stop_set = set(stop_ids)
@@ -468,21 +554,29 @@ class InferenceJob:
         top_k: int = 0,
         top_p: float = 1.0,
         seed: int | None = None,
+        chunk_size: int | None = None,
     ) -> np.ndarray:
         """theseus's ``return_type="raw_indices"`` layout, for RL consumers: int32 (N, P + max_new_tokens).
 
-        ``P = max_prompt_length`` (default ``block_size - max_new_tokens``). Row i holds prompt i left-padded with
-        the pad token in ``[0, P)`` (prompts longer than P keep their last P tokens) and its generation in
-        ``[P, P + max_new_tokens)``; slots after an end-of-text token repeat it.
+        ``P = max_prompt_length`` (default ``block_size - max_new_tokens``). Row i holds prompt i as fed (after the
+        start token) left-padded with the pad token in ``[0, P)`` (prompts longer than P keep the start token and
+        their last tokens) and its generation in ``[P, P + max_new_tokens)``; slots after an end-of-text token
+        repeat it.
         """
         P = self.block_size - max_new_tokens if max_prompt_length is None else int(max_prompt_length)
         if P < 1 or P + max_new_tokens > self.block_size:
             raise ValueError(
                 f"max_prompt_length={P} + max_new_tokens={max_new_tokens} must fit block_size={self.block_size}"
             )
-        clipped = [list(p)[-P:] for p in prompts]
+        clipped = [self._fit(self.with_start_token(p), P) for p in prompts]
         gens, fed = self.generate_tokens(
-            clipped, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed
+            clipped,
+            max_new_tokens,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            seed=seed,
+            chunk_size=chunk_size,
         )
         tokens, _ = self.pad(fed, self.tokenizer.pad_token, P)
         out = np.empty((len(gens), P + max_new_tokens), np.int32)
@@ -494,7 +588,7 @@ class InferenceJob:
 
     # ------------------------------------------------------------------------------------------ scoring
     def _score_rows(
-        self, inputs: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]
+        self, inputs: Sequence[Sequence[int]], targets: Sequence[Sequence[int]], chunk_size: int | None = None
     ) -> list[tuple[np.ndarray, np.ndarray]]:
         """Teacher-forced scoring of rows (inputs[i], targets[i]) of equal lengths <= block_size.
 
@@ -505,43 +599,50 @@ class InferenceJob:
             return []
         T = _bucket(max(len(x) for x in inputs), 16, self.block_size)
         B = self._batch_rows(len(inputs), T)
-        pending = []
-        for start in range(0, len(inputs), B):
-            idx = list(range(start, min(start + B, len(inputs))))
-            idx += [idx[-1]] * (B - len(idx))
-            tokens, mask = self.pad([inputs[i] for i in idx], self.tokenizer.pad_token, T)
-            tgt, _ = self.pad([targets[i] for i in idx], -1, T)
-            args = (self.state.params, self._put_batch(tokens), self._put_batch(mask), self._put_batch(tgt))
-            exe = self._executable("score", generate.score_jit, args, {"cfg": self.config})
-            pending.append(exe(*args))
-        logp = np.concatenate([self._fetch(a) for a, _ in pending])
-        greedy = np.concatenate([self._fetch(g) for _, g in pending])
+
+        def batches() -> Iterator[Any]:
+            for start in range(0, len(inputs), B):
+                idx = list(range(start, min(start + B, len(inputs))))
+                idx += [idx[-1]] * (B - len(idx))
+                tokens, mask = self.pad([inputs[i] for i in idx], self.tokenizer.pad_token, T)
+                tgt, _ = self.pad([targets[i] for i in idx], -1, T)
+                args = (
+                    self.state.params,
+                    self._put_batch(tokens),
+                    self._put_batch(mask),
+                    self._put_batch(tgt),
+                )
+                exe = self._executable("score", generate.score_jit, args, {"cfg": self.config})
+                yield exe(*args)
+
+        done = self._in_chunks(batches(), chunk_size)
+        logp = np.concatenate([a for a, _ in done])
+        greedy = np.concatenate([g for _, g in done])
         self.stats.score_calls += 1
         self.stats.tokens_scored += sum(len(x) for x in inputs)
         return [(logp[i, T - len(x) :], greedy[i, T - len(x) :]) for i, x in enumerate(inputs)]
 
     def _encode_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
         """lm-eval's split: trailing context whitespace moves to the continuation; tokens are split from the
-        encoding of the whole string so merges across the boundary are respected."""
+        encoding of the whole string so merges across the boundary are respected. The context is read after the
+        start token (:meth:`with_start_token`)."""
         n_space = len(context) - len(context.rstrip())
         if n_space:
             continuation, context = context[-n_space:] + continuation, context[:-n_space]
         if not context:
-            return [self._prefix_token], self.tokenizer.encode(continuation)
+            return self.with_start_token([]), self.tokenizer.encode(continuation)
         whole = self.tokenizer.encode(context + continuation)
         ctx = self.tokenizer.encode(context)
-        return whole[: len(ctx)], whole[len(ctx) :]
+        return self.with_start_token(whole[: len(ctx)]), whole[len(ctx) :]
 
-    @property
-    def _prefix_token(self) -> int:
-        bos = getattr(self.tokenizer, "bos_token", None)
-        return self.tokenizer.eot_token if bos is None else int(bos)
-
-    def loglikelihood(self, requests: Sequence[tuple[str, str]]) -> list[Loglikelihood]:
+    def loglikelihood(
+        self, requests: Sequence[tuple[str, str]], *, chunk_size: int | None = None
+    ) -> list[Loglikelihood]:
         """Score ``(context, continuation)`` pairs like lm-eval: sum of continuation log-probs, count, greedy flag.
 
-        An empty context is replaced by the BOS (else end-of-text) token. Pairs longer than ``block_size + 1``
-        tokens keep their last tokens (the continuation must fit in ``block_size``).
+        The context is read after the start token; an empty context is the start token alone, else the
+        end-of-text token. Pairs longer than ``block_size + 1`` tokens keep their last tokens (the continuation
+        must fit in ``block_size``).
         """
         inputs, targets, counts = [], [], []
         for ctx_str, cont_str in requests:
@@ -554,7 +655,7 @@ class InferenceJob:
             inputs.append(whole[:-1])
             targets.append([-1] * (len(whole) - 1 - len(cont)) + cont)
             counts.append(len(cont))
-        scored = self._score_rows(inputs, targets)
+        scored = self._score_rows(inputs, targets, chunk_size)
         out = []
         for (logp, greedy), k in zip(scored, counts, strict=True):
             lp = logp[len(logp) - k :] if k else logp[:0]
@@ -568,58 +669,74 @@ class InferenceJob:
             )
         return out
 
-    def token_nll(self, texts: Sequence[str]) -> list[np.ndarray]:
-        """Per-token negative log-likelihood (nats) of each text, float32 (n_tokens,).
+    def token_nll(self, texts: Sequence[str], *, chunk_size: int | None = None) -> list[np.ndarray]:
+        """Per-token negative log-likelihood (nats) of each text, float32 (n_scored,).
 
-        Every token is scored: the text is prefixed with the BOS (else end-of-text) token. Texts longer than
-        ``block_size`` are cut into consecutive windows of ``block_size`` predictions (no overlap), each scored
-        from the start of its window.
+        The text is read after the job's :attr:`start_token`: with one, every token of the text is scored
+        (``n_scored`` = its token count); without, every token but the first, which nothing precedes (``n_scored``
+        = count - 1, as transformers' ``model(ids, labels=ids)`` scores it). Texts longer than ``block_size`` are
+        cut into consecutive windows of ``block_size`` predictions (no overlap), each scored from the start of its
+        window.
         """
         W = self.block_size
         inputs, targets, owner = [], [], []
         for i, text in enumerate(texts):
-            seq = [self._prefix_token, *self.tokenizer.encode(text)]
+            seq = self.with_start_token(self.tokenizer.encode(text))
             for s in range(0, len(seq) - 1, W):
                 inputs.append(seq[s : s + W][: len(seq) - 1 - s])
                 targets.append(seq[s + 1 : s + 1 + W])
                 owner.append(i)
-        scored = self._score_rows(inputs, targets)
+        scored = self._score_rows(inputs, targets, chunk_size)
         parts: list[list[np.ndarray]] = [[] for _ in texts]
         for (logp, _), i in zip(scored, owner, strict=True):
             parts[i].append(-logp)
         return [np.concatenate(p).astype(np.float32) if p else np.zeros(0, np.float32) for p in parts]
 
-    def perplexity(self, texts: Sequence[str]) -> float:
-        """Token-weighted corpus perplexity ``exp(sum nll / sum tokens)`` (lower is better)."""
-        nll = self.token_nll(texts)
+    def perplexity(self, texts: Sequence[str], *, chunk_size: int | None = None) -> float:
+        """Token-weighted corpus perplexity ``exp(sum nll / sum scored tokens)`` (lower is better), over the
+        tokens :meth:`token_nll` scores."""
+        nll = self.token_nll(texts, chunk_size=chunk_size)
         n = sum(len(x) for x in nll)
         return float(math.exp(sum(float(x.sum(dtype=np.float64)) for x in nll) / max(n, 1)))
 
-    def logits(self, sequences: Sequence[Sequence[int]]) -> list[np.ndarray]:
-        """Logits of token sequences: one float32 array (len_i, V) per sequence (row t predicts token t + 1)."""
-        return self._per_position("logits", generate.logits_jit, sequences)
+    def logits(
+        self, sequences: Sequence[Sequence[int]], *, chunk_size: int | None = None
+    ) -> list[np.ndarray]:
+        """Logits of token sequences, read as given (no start token added): one float32 array (len_i, V) per
+        sequence (row t predicts token t + 1)."""
+        return self._per_position("logits", generate.logits_jit, sequences, chunk_size)
 
-    def predictions(self, sequences: Sequence[Sequence[int]]) -> list[np.ndarray]:
-        """The argmax next token after every prefix: one int32 array (len_i,) per sequence, equal to
-        ``logits(sequences)[i].argmax(-1)`` without ever holding the (len_i, V) logits (large vocabularies)."""
-        return self._per_position("predict", generate.predict_jit, sequences)
+    def predictions(
+        self, sequences: Sequence[Sequence[int]], *, chunk_size: int | None = None
+    ) -> list[np.ndarray]:
+        """The argmax next token after every prefix of each sequence, read as given: one int32 array (len_i,) per
+        sequence, equal to ``logits(sequences)[i].argmax(-1)`` without ever holding the (len_i, V) logits."""
+        return self._per_position("predict", generate.predict_jit, sequences, chunk_size)
 
-    def _per_position(self, name: str, fn: Any, sequences: Sequence[Sequence[int]]) -> list[np.ndarray]:
+    def _per_position(
+        self, name: str, fn: Any, sequences: Sequence[Sequence[int]], chunk_size: int | None
+    ) -> list[np.ndarray]:
         if not sequences:
             return []
         T = _bucket(max(len(s) for s in sequences), 16, self.block_size)
         if max(len(s) for s in sequences) > self.block_size:
             raise ValueError(f"a sequence is longer than block_size={self.block_size}")
         B = self._batch_rows(len(sequences), T)
+        starts = range(0, len(sequences), B)
+
+        def batches() -> Iterator[Any]:
+            for start in starts:
+                idx = list(range(start, min(start + B, len(sequences))))
+                chunk = [sequences[i] for i in idx] + [sequences[idx[-1]]] * (B - len(idx))
+                tokens, mask = self.pad(chunk, self.tokenizer.pad_token, T)
+                args = (self.state.params, self._put_batch(tokens), self._put_batch(mask))
+                exe = self._executable(name, fn, args, {"cfg": self.config})
+                yield exe(*args)
+
         out = []
-        for start in range(0, len(sequences), B):
-            idx = list(range(start, min(start + B, len(sequences))))
-            chunk = [sequences[i] for i in idx] + [sequences[idx[-1]]] * (B - len(idx))
-            tokens, mask = self.pad(chunk, self.tokenizer.pad_token, T)
-            args = (self.state.params, self._put_batch(tokens), self._put_batch(mask))
-            exe = self._executable(name, fn, args, {"cfg": self.config})
-            values = self._fetch(exe(*args))
-            out.extend(values[k, T - len(sequences[i]) :] for k, i in enumerate(idx))
+        for start, values in zip(starts, self._in_chunks(batches(), chunk_size), strict=True):
+            stop = min(start + B, len(sequences))
+            out.extend(values[k, T - len(sequences[i]) :] for k, i in enumerate(range(start, stop)))
         return out
 
     # ------------------------------------------------------------------------------------------ theseus duck type
@@ -653,5 +770,6 @@ class InferenceJob:
         c = self.config
         return (
             f"InferenceJob({c.model_type}, L={c.n_layers}, D={c.d_model}, V={c.vocab_size}, "
-            f"block_size={self.block_size}, devices={self.replicas}, batch={self.per_device_batch_size}/device)"
+            f"block_size={self.block_size}, devices={self.replicas}, batch={self.per_device_batch_size}/device, "
+            f"start_token={self.start_token})"
         )

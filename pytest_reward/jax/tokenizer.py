@@ -3,6 +3,20 @@
 Both implement :class:`Tokenizer`, which is also the duck type theseus-style evaluation classes call
 (``encode_batch(texts, allowed_special="all")``, ``decode_batch``, ``eot_token``).
 
+Start token. ``encode`` never adds special tokens; :attr:`Tokenizer.start_token` says which token, if any, the
+model was trained to read in front of every text, as the checkpoint declares it (``None``: texts are read bare).
+The inference job puts it in front of everything it scores or generates from (``InferenceJob.start_token``). For a
+directory it is decided, first rule that speaks:
+
+1. ``tokenizer_config.json`` ``"add_bos_token"``: ``true`` -> the BOS token (``bos_token``, else ``config.json``
+   ``bos_token_id``), ``false`` -> none (Hugging Face's switch; Llama's tokenizers set it);
+2. the ``tokenizer.json`` post-processor: the one token it puts in front of a text (what
+   ``tokenizer(text)`` in transformers adds, e.g. Llama 3's ``<|begin_of_text|>``); none when it adds nothing;
+3. otherwise none. A GPT-2 checkpoint (``bos_token_id`` = ``<|endoftext|>`` but no ``add_bos_token`` and a
+   post-processor that adds nothing) is read bare, as transformers reads it; one trained with ``<|endoftext|>`` in
+   front of every document documents it with ``"add_bos_token": true`` (as the shipped ``tiny-adder`` does), or the
+   caller passes ``InferenceJob(start_token=...)``.
+
 Chat templates: :meth:`Tokenizer.apply_chat_template` renders a list of messages to a prompt string. A
 tokenizer directory's Jinja ``chat_template`` (from ``tokenizer_config.json``) is used when ``jinja2`` is
 importable; otherwise, and for the byte tokenizer, messages are rendered as ChatML::
@@ -35,6 +49,8 @@ class Tokenizer(Protocol):
     @property
     def pad_token(self) -> int: ...
     @property
+    def start_token(self) -> int | None: ...
+    @property
     def vocab_size(self) -> int: ...
     def encode(self, text: str, allowed_special: Any = "all") -> list[int]: ...
     def encode_batch(self, texts: Sequence[str], allowed_special: Any = "all") -> list[list[int]]: ...
@@ -61,14 +77,24 @@ class ByteTokenizer:
     ``encode("hé")`` -> ``[104, 195, 169]``. With ``allowed_special="all"`` (the default) special token strings in
     the text become their ids; with ``allowed_special=()`` they are encoded as plain bytes. Decoding an invalid
     UTF-8 sequence inserts U+FFFD, as ``bytes.decode(errors="replace")`` does.
+
+    ``add_bos_token=True`` declares GPT-2's convention, ``<|endoftext|>`` in front of every text: it is then the
+    :attr:`start_token` (``encode`` still adds nothing) and :meth:`save` records it for transformers too.
     """
 
-    def __init__(self, special_tokens: Sequence[str] = (EOT_TEXT,), pad_token: int | None = None):
+    def __init__(
+        self,
+        special_tokens: Sequence[str] = (EOT_TEXT,),
+        pad_token: int | None = None,
+        *,
+        add_bos_token: bool = False,
+    ):
         if not special_tokens:
             raise TokenizerError("ByteTokenizer needs at least one special token (the end-of-text token)")
         self.special_tokens = tuple(special_tokens)
         self._special_ids = {s: 256 + i for i, s in enumerate(self.special_tokens)}
         self._pad = self.eot_token if pad_token is None else int(pad_token)
+        self.add_bos_token = bool(add_bos_token)
 
     @property
     def eot_token(self) -> int:
@@ -81,6 +107,11 @@ class ByteTokenizer:
     @property
     def bos_token(self) -> int | None:
         return None
+
+    @property
+    def start_token(self) -> int | None:
+        """``<|endoftext|>`` with ``add_bos_token``, else ``None``."""
+        return self.eot_token if self.add_bos_token else None
 
     @property
     def vocab_size(self) -> int:
@@ -136,7 +167,8 @@ class ByteTokenizer:
         """Write ``tokenizer_config.json`` (read by :func:`load_tokenizer`) and an equivalent ``tokenizer.json``.
 
         The ``tokenizer.json`` is a byte-level BPE without merges whose vocabulary maps byte ``b`` to id ``b``,
-        so ``tokenizers`` / ``transformers`` users get the same ids without this package.
+        so ``tokenizers`` / ``transformers`` users get the same ids without this package; with ``add_bos_token`` its
+        post-processor puts ``<|endoftext|>`` in front of a text, as ``tokenizer(text)`` in transformers then does.
         """
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
@@ -147,6 +179,7 @@ class ByteTokenizer:
             "tokenizer_class": "PreTrainedTokenizerFast",
             "eos_token": eot,
             "bos_token": eot,
+            "add_bos_token": self.add_bos_token,
             "pad_token": self.special_tokens[self._pad - 256] if self._pad >= 256 else eot,
             "unk_token": None,
             "clean_up_tokenization_spaces": False,
@@ -177,7 +210,7 @@ class ByteTokenizer:
             "added_tokens": added,
             "normalizer": None,
             "pre_tokenizer": byte_level,
-            "post_processor": None,
+            "post_processor": self._post_processor(),
             "decoder": byte_level,
             "model": {
                 "type": "BPE",
@@ -193,11 +226,28 @@ class ByteTokenizer:
             },
         }
 
+    def _post_processor(self) -> dict[str, Any] | None:
+        if not self.add_bos_token:
+            return None
+        eot = self.special_tokens[0]
+        bos = {"SpecialToken": {"id": eot, "type_id": 0}}
+        return {
+            "type": "TemplateProcessing",
+            "single": [bos, {"Sequence": {"id": "A", "type_id": 0}}],
+            "pair": [bos, {"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {eot: {"id": eot, "ids": [self.eot_token], "tokens": [eot]}},
+        }
+
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> ByteTokenizer:
         specials = list(config.get("special_tokens") or [EOT_TEXT])
         pad = config.get("pad_token")
-        return cls(specials, pad_token=256 + specials.index(pad) if pad in specials else None)
+        add_bos = config.get("add_bos_token", False)
+        if not isinstance(add_bos, bool):
+            raise TokenizerError(f"add_bos_token must be true or false, got {add_bos!r}")
+        return cls(
+            specials, pad_token=256 + specials.index(pad) if pad in specials else None, add_bos_token=add_bos
+        )
 
 
 def _bytes_to_unicode() -> dict[int, str]:
@@ -222,7 +272,8 @@ class HFTokenizer:
 
     Special tokens come from ``tokenizer_config.json`` (``eos_token``, ``pad_token``, ``bos_token``) and fall back
     to ``config.json`` ids, then to ``<|endoftext|>``. Encoding never adds BOS/EOS (``add_special_tokens=False``)
-    and always recognises added special tokens in the text; decoding keeps special tokens.
+    and always recognises added special tokens in the text; decoding keeps special tokens. ``start_token`` is the
+    token the checkpoint declares in front of every text (see the module docstring), ``None`` for none.
     """
 
     def __init__(
@@ -232,6 +283,7 @@ class HFTokenizer:
         eos_token: int | None = None,
         pad_token: int | None = None,
         bos_token: int | None = None,
+        start_token: int | None = None,
         chat_template: str | None = None,
     ):
         self._tok = tokenizer
@@ -242,6 +294,7 @@ class HFTokenizer:
         self._eot = int(eos_token)
         self._pad = self._eot if pad_token is None else int(pad_token)
         self._bos = bos_token
+        self._start = None if start_token is None else int(start_token)
         self.chat_template = chat_template
 
     @classmethod
@@ -268,6 +321,7 @@ class HFTokenizer:
                 fallback = fallback[0] if fallback else None
             return None if fallback is None else int(fallback)
 
+        bos = token_id("bos_token", "bos_token_id")
         template = tc.get("chat_template")
         if isinstance(template, list):  # [{"name": "default", "template": "..."}, ...]
             named = {t.get("name"): t.get("template") for t in template if isinstance(t, Mapping)}
@@ -278,7 +332,8 @@ class HFTokenizer:
             tok,
             eos_token=token_id("eos_token", "eos_token_id"),
             pad_token=token_id("pad_token", "pad_token_id"),
-            bos_token=token_id("bos_token", "bos_token_id"),
+            bos_token=bos,
+            start_token=_declared_start_token(d, tok, tc, bos),
             chat_template=template,
         )
 
@@ -293,6 +348,10 @@ class HFTokenizer:
     @property
     def bos_token(self) -> int | None:
         return self._bos
+
+    @property
+    def start_token(self) -> int | None:
+        return self._start
 
     @property
     def vocab_size(self) -> int:
@@ -319,6 +378,32 @@ class HFTokenizer:
                 return render_chatml(messages, add_generation_prompt)
             return _render_jinja(self, self.chat_template, messages, add_generation_prompt)
         return render_chatml(messages, add_generation_prompt)
+
+
+def _declared_start_token(d: Path, tok: Any, tc: Mapping[str, Any], bos: int | None) -> int | None:
+    """The token the directory declares in front of every text (module docstring, rules 1-3)."""
+    add_bos = tc.get("add_bos_token")
+    if add_bos is not None:
+        if not isinstance(add_bos, bool):
+            raise TokenizerError(
+                f"{d / 'tokenizer_config.json'}: add_bos_token must be true or false, got {add_bos!r}"
+            )
+        if add_bos and bos is None:
+            raise TokenizerError(
+                f"{d / 'tokenizer_config.json'}: add_bos_token is true but no bos_token (nor config.json "
+                "bos_token_id) names the token"
+            )
+        return bos if add_bos else None
+    probe = "a"  # what the post-processor adds around a text: the ids before the plain encoding's
+    plain = list(tok.encode(probe, add_special_tokens=False).ids)
+    full = list(tok.encode(probe, add_special_tokens=True).ids)
+    lead = next((k for k in range(len(full) - len(plain) + 1) if full[k : k + len(plain)] == plain), 0)
+    if lead > 1:
+        raise TokenizerError(
+            f"{d / 'tokenizer.json'}: the post-processor puts {lead} tokens ({full[:lead]}) in front of a text; "
+            "only one start token is supported: pass InferenceJob(start_token=...) explicitly"
+        )
+    return int(full[0]) if lead == 1 else None
 
 
 def _render_jinja(

@@ -29,7 +29,8 @@ from pytest_reward.models import EvaluateResult, Message, MetricResult
 
 from .conftest import bigram_job
 
-TOK = ByteTokenizer(("<|endoftext|>", "<|im_start|>", "<|im_end|>"))
+#: GPT-2's convention: every text is read after <|endoftext|> (the bigram's "text start" row).
+TOK = ByteTokenizer(("<|endoftext|>", "<|im_start|>", "<|im_end|>"), add_bos_token=True)
 EOT, IM_END = 256, 258
 V = TOK.vocab_size  # 259
 
@@ -356,15 +357,21 @@ def test_samples_per_prompt_and_rollout_intermediates(bigram):
     assert value == pytest.approx(0.5)
     assert len(inter) == 2
     budget = bigram.block_size - 6
-    for (x, action, padding), (prompt, _) in zip(inter, rows, strict=True):
+    for row, (prompt, _) in zip(inter, rows, strict=True):
+        x, padding = row  # the seed's pair
+        action = row.action_mask
         assert x.shape == action.shape == padding.shape == (bigram.block_size,)
         assert x.dtype == np.int32 and action.dtype == bool and padding.dtype == bool
         assert not action[:budget].any() and action[budget]  # the generation starts at the budget
-        prompt_ids = TOK.encode(prompt if isinstance(prompt, str) else TOK.apply_chat_template(prompt))
-        assert x[budget - len(prompt_ids) : budget].tolist() == prompt_ids
+        prompt_ids = [
+            EOT,
+            *TOK.encode(prompt if isinstance(prompt, str) else TOK.apply_chat_template(prompt)),
+        ]
+        assert x[budget - len(prompt_ids) : budget].tolist() == prompt_ids  # as fed: after the start token
         assert padding[budget - len(prompt_ids) :].sum() == len(prompt_ids) + action.sum()
+        assert not padding[: budget - len(prompt_ids)].any()
     # greedy: 6 new tokens, no stop token ("B<|im_end|>\nB<|im_end|>")
-    assert inter[0][1].sum() == 6
+    assert inter[0].action_mask.sum() == 6
 
 
 # ---------------------------------------------------------------------------------------------- encoding evaluation
@@ -377,8 +384,13 @@ def test_encoding_evaluation_against_hand_computed_predictions(bigram):
     assert samples[1].metrics == {"correct": 0.0, "token_accuracy": pytest.approx(2 / 3)}
     value, inter = _Echo(["abc", "abd"])(bigram, return_intermediates=True)
     assert value == 0.5
-    x, action, padding = inter[0]
-    assert x.tolist() == [EOT, *TOK.encode("abc")] and action.tolist() == [False, True, True, True]
+    x, padding = inter[0]
+    assert x.tolist() == [EOT, *TOK.encode("abc")] and inter[0].action_mask.tolist() == [
+        False,
+        True,
+        True,
+        True,
+    ]
     assert padding.all()
 
 
@@ -426,23 +438,31 @@ def test_evaluate_samples_and_call_agree(random_gpt, kind):
     np.testing.assert_allclose(ev(random_gpt, reduce="none"), scores)
     value, inter = ev(random_gpt, reduce="none", return_intermediates=True)
     np.testing.assert_allclose(value, scores)
-    assert len(inter) == len(samples) and all(len(t) == 3 for t in inter)
+    assert len(inter) == len(samples)
+    for row in inter:  # the seed's shape: (x, padding_mask) numpy pairs; the action mask as an attribute
+        x, m = row
+        assert len(row) == 2 and x.dtype == np.int32 and m.dtype == bool and x.shape == m.shape
+        assert row.action_mask.shape == x.shape and not (row.action_mask & ~m).any()
     with pytest.raises(AttributeError):
         samples[0].score = 1.0  # frozen
 
 
-def test_perplexity_on_a_random_model_matches_numpy_over_its_logits(random_gpt):
-    """Hand computation from the job's raw logits (a separate compiled program)."""
+@pytest.mark.parametrize("start", [None, 256], ids=["bare", "start-token"])
+def test_perplexity_on_a_random_model_matches_numpy_over_its_logits(random_gpt, start):
+    """Hand computation from the job's raw logits (a separate compiled program), under both conventions: with a
+    start token every character is scored, without one every character but the first."""
+    job = InferenceJob(random_gpt.config, random_gpt.params, per_device_batch_size=8, start_token=start)
     texts = ["hello world", "abc"]
-    got = _Texts(texts).evaluate_samples(random_gpt)
+    got = _Texts(texts).evaluate_samples(job)
     for s, text in zip(got, texts, strict=True):
-        ids = [random_gpt.tokenizer.eot_token, *random_gpt.tokenizer.encode(text)]
-        [logits] = random_gpt.logits([ids[:-1]])
+        ids = ([] if start is None else [start]) + job.tokenizer.encode(text)
+        [logits] = job.logits([ids[:-1]])
         lg = logits.astype(np.float64)
         lse = np.log(np.exp(lg - lg.max(-1, keepdims=True)).sum(-1)) + lg.max(-1)
         nll = float(sum(lse[t] - lg[t, ids[t + 1]] for t in range(len(ids) - 1)))
-        assert s.metrics["nll"] == pytest.approx(nll, rel=1e-4)
-        assert s.score == pytest.approx(np.exp(nll / len(text)), rel=1e-4)
+        scored = len(text) if start is not None else len(text) - 1
+        assert s.metrics == {"nll": pytest.approx(nll, rel=1e-4), "tokens": float(scored)}
+        assert s.score == pytest.approx(np.exp(nll / scored), rel=1e-4)
 
 
 # ---------------------------------------------------------------------------------------------- reward functions
@@ -601,8 +621,8 @@ def test_empty_evaluation_is_a_clear_error(bigram):
 
 def test_prompt_longer_than_the_context_names_the_sample(bigram):
     rows = [("short\n", "B"), ("x" * 100, "B"), ("short\n", "B")]
-    with pytest.raises(
-        EvaluationError, match=r"evaluation 'letters', sample 1: the prompt has 100 tokens.*64"
+    with pytest.raises(  # 100 characters and the start token
+        EvaluationError, match=r"evaluation 'letters', sample 1: the prompt has 101 tokens as read.*64"
     ):
         _Letters(rows)(bigram)
 
@@ -610,7 +630,9 @@ def test_prompt_longer_than_the_context_names_the_sample(bigram):
         truncate = "left"
 
     assert Left([("x" * 100 + "\n", "B")])(bigram) == 1.0  # keeps the prompt's end, where the cue is
-    with pytest.raises(EvaluationError, match="sample 2: the text has 80 tokens, more than block_size=64"):
+    with pytest.raises(
+        EvaluationError, match="sample 2: the text has 81 tokens as read, more than block_size=64"
+    ):
         _Echo(["abc", "abc", "a" * 80])(bigram)
     with pytest.raises(EvaluationError, match="leave room for a prompt"):
         _Letters(rows, new_tokens=64)(bigram)
@@ -760,6 +782,7 @@ def test_evaluations_use_only_the_model_job_protocol(bigram):
         for a, b in zip(got[1], want[1], strict=True):
             for x, y in zip(a, b, strict=True):
                 np.testing.assert_array_equal(x, y)
+            np.testing.assert_array_equal(a.action_mask, b.action_mask)
     narrow.length = 2  # the job's random subset goes through the protocol too
     assert len(_Texts(TEXTS).evaluate_samples(narrow)) == 2
     assert bigram.length == -1
@@ -791,3 +814,65 @@ def test_the_engine_alias_is_the_same_api():
     assert alias.EvaluationError is evaluation.EvaluationError is pytest_reward.errors.EvaluationError
     assert issubclass(EvaluationError, pytest_reward.errors.RewardError)
     assert issubclass(EvaluationError, ValueError)
+
+
+# ---------------------------------------------------------------------------------------------- seed shapes, chunk_size
+def test_bug_intermediates_are_the_seeds_pairs(bigram):
+    """Regression (issue 15): the seed says ``return_intermediates=True`` gives ``(x, padding_mask)`` numpy pairs,
+    one per sample; ours gave triples, so the seed's ``x, m = row`` raised. The action mask is ``row.action_mask``."""
+    evaluations = [
+        _Letters([(chat("Which?"), "b"), ("plain\n", "B")]),
+        _Echo(["abc", "abd"]),
+        _Texts(TEXTS),
+        _Choices([("a", ["b", "z"], 0), ("m", ["n", "pq"], 1)]),
+    ]
+    for ev in evaluations:
+        _, rows = ev(bigram, return_intermediates=True)
+        assert len(rows) == len(ev)
+        for row in rows:
+            x, m = row
+            assert isinstance(x, np.ndarray) and isinstance(m, np.ndarray) and tuple(row) == (x, m)
+            assert (row.x, row.padding_mask) == (x, m) and row.action_mask.dtype == bool
+            assert row.action_mask.any() and not (row.action_mask & ~m).any()  # actions are real tokens
+    import pickle
+
+    again = pickle.loads(pickle.dumps(rows[0]))
+    np.testing.assert_array_equal(again.action_mask, rows[0].action_mask)
+    np.testing.assert_array_equal(again[0], rows[0][0])
+
+
+def test_chunk_size_bounds_the_batches_in_flight(random_gpt):
+    """``chunk_size`` is honoured: at most that many batches are dispatched before the host collects them, for
+    every kind of job call, with the same results as all batches at once."""
+    texts = [f"text number {k} to score" for k in range(40)]  # 8 rows per batch: 5 batches
+    job = random_gpt
+
+    def run(chunk_size):
+        job.reset_stats()
+        out = {
+            "nll": job.token_nll(texts, chunk_size=chunk_size),
+            "ll": [r.logprob for r in job.loglikelihood([(t, " x") for t in texts], chunk_size=chunk_size)],
+            "pred": job.predictions([job.tokenizer.encode(t) for t in texts], chunk_size=chunk_size),
+            "gen": job.generate_tokens([job.tokenizer.encode(t) for t in texts], 4, chunk_size=chunk_size)[0],
+        }
+        return out, job.stats.max_batches_in_flight
+
+    everything, in_flight = run(None)
+    assert in_flight == 5
+    for chunk_size in (1, 2):
+        got, in_flight = run(chunk_size)
+        assert in_flight == chunk_size
+        for a, b in zip(got["nll"], everything["nll"], strict=True):
+            np.testing.assert_array_equal(a, b)
+        assert got["ll"] == everything["ll"] and got["gen"] == everything["gen"]
+        for a, b in zip(got["pred"], everything["pred"], strict=True):
+            np.testing.assert_array_equal(a, b)
+    # through the evaluations (the seed's default, 200, keeps all 5 in flight)
+    all_at_once = _Texts(texts)(job, chunk_size=None)
+    for chunk_size, expected in ((2, 2), (200, 5)):
+        job.reset_stats()
+        assert _Texts(texts)(job, chunk_size=chunk_size) == all_at_once
+        assert job.stats.max_batches_in_flight == expected
+    for bad in (0, -1, True):
+        with pytest.raises(ValueError, match="chunk_size must be a positive number of batches"):
+            job.token_nll(texts, chunk_size=bad)

@@ -1,5 +1,6 @@
-"""Evaluator (results layout, ``done``, atomic writes, construction from a trainer or a checkpoint),
-``find_accumulation_steps``, and the shipped tiny-adder evaluated end to end."""
+"""Evaluator (results layout, ``done``, atomic writes, construction from a trainer or a checkpoint in the seed's
+positional forms and the keyword forms), ``find_accumulation_steps``, and the shipped tiny-adder evaluated end to
+end."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from pytest_reward.evaluation import (
     Evaluation,
     EvaluationError,
     Evaluator,
+    EvaluatorConfig,
+    ExecutionSpec,
     PerplexityEvaluation,
     RolloutEvaluation,
 )
@@ -65,18 +68,19 @@ class _Sums(RolloutEvaluation):
 
 
 # ---------------------------------------------------------------------------------------------- find_accumulation_steps
-def test_bug_find_accumulation_steps_keeps_its_docstring_promise():
-    """Regression (theseus §1.1): the batch size must be a multiple of dp_replicate that divides the dataset, and
-    batch_size * steps must cover the dataset exactly; theseus's version returned (25, 20) for (1000, 32, 2): 25
-    rows cannot be split over 2 replicas, and 25 * 20 covers half the dataset."""
+def test_bug_find_accumulation_steps_reads_the_per_device_size_as_the_seed_does():
+    """Regression (issue 15): the seed's table says ``max_batch_size`` is the largest *per-device* batch size, so
+    (1000, 32, 2) is 25 rows per device x 2 replicas x 20 steps = 1000. Ours treated it as the global size and
+    returned (20, 50) and (32, 3) for (96, 32, 4)."""
     find = Evaluation.find_accumulation_steps
-    assert find(1000, 32, 2) == (20, 50)
+    assert find(1000, 32, 2) == (25, 20)
     assert find(1000, 32, 1) == (25, 40)
-    assert find(96, 32, 4) == (32, 3)
-    assert find(1021, 32, 1) == (1, 1021)
-    assert find(1021, 32, 2) == (None, None)
+    assert find(96, 32, 4) == (24, 1)
+    assert find(1021, 32, 1) == (1, 1021)  # a prime size degenerates to one row per device
+    assert find(1021, 32, 2) == (None, None)  # 2 replicas cannot split 1021 rows evenly
     assert find(7, 8, 1) == (7, 1)
-    assert find(6, 3, 4) == (None, None)  # no multiple of 4 fits under 3
+    assert find(6, 3, 4) == (None, None)
+    assert find(12, 3, 4) == (3, 1)
     for bad in ((0, 8, 1), (8, 0, 1), (8, 8, 0), (8.0, 8, 1), (True, 8, 1)):
         with pytest.raises(ValueError, match="must be a positive integer"):
             find(*bad)
@@ -85,13 +89,14 @@ def test_bug_find_accumulation_steps_keeps_its_docstring_promise():
 @given(st.integers(1, 5000), st.integers(1, 300), st.integers(1, 16))
 def test_find_accumulation_steps_properties(dataset_size, max_batch_size, dp_replicate):
     batch_size, steps = Evaluation.find_accumulation_steps(dataset_size, max_batch_size, dp_replicate)
-    fits = [b for b in range(dp_replicate, max_batch_size + 1, dp_replicate) if dataset_size % b == 0]
+    fits = [b for b in range(1, max_batch_size + 1) if dataset_size % (b * dp_replicate) == 0]
     if batch_size is None:
         assert steps is None and not fits
+        assert dataset_size % dp_replicate != 0  # batch size 1 per device always fits otherwise
     else:
-        assert batch_size <= max_batch_size and batch_size % dp_replicate == 0
-        assert batch_size * steps == dataset_size
-        assert batch_size == max(fits)  # the largest
+        assert 1 <= batch_size <= max_batch_size
+        assert batch_size * dp_replicate * steps == dataset_size  # the dataset exactly, every replica equal
+        assert batch_size == max(fits)  # the largest per-device size
 
 
 # ---------------------------------------------------------------------------------------------- Evaluator
@@ -196,10 +201,23 @@ def test_from_trainer_accepts_a_job_or_an_evaluator(random_gpt, tmp_path):
     ev = Evaluator.from_trainer(random_gpt, config=config)
     assert ev.inference is random_gpt and ev.results_path == tmp_path / "p" / "g" / "n" / "results.json"
     assert [e.name for e in ev.evaluations] == ["ppl"]
-    again = Evaluator.from_trainer(ev, [_Ppl(name="other")], config=SimpleNamespace(name="m"))
+    again = Evaluator.from_trainer(ev, SimpleNamespace(name="m"), evaluations=[_Ppl(name="other")])
     assert again.inference is random_gpt and again.name == "m" and again.results_dir == Path("results")
+    assert [e.name for e in again.evaluations] == ["other"]  # the keyword wins over the config
+    listed = Evaluator.from_trainer(random_gpt, [_Ppl(name="listed")])  # a list: the evaluations themselves
+    assert [e.name for e in listed.evaluations] == ["listed"]
     with pytest.raises(TypeError, match=r"needs an InferenceJob.*got str"):
         Evaluator.from_trainer("not a trainer")
+
+
+def test_bug_from_trainer_takes_the_seeds_positional_config(random_gpt, tmp_path):
+    """Regression (issue 15): the seed's ``from_trainer(trainer, cfg)`` put ``cfg`` into ``evaluations`` and
+    failed with AttributeError. The second positional argument is the config, as the seed writes it."""
+    cfg = EvaluatorConfig(evaluations=[_Ppl()], results_dir=tmp_path)
+    evaluator = Evaluator.from_trainer(random_gpt, cfg)
+    assert evaluator.inference is random_gpt and evaluator.config.evaluations == cfg.evaluations
+    assert evaluator.run() == {"ppl": pytest.approx(_Ppl()(random_gpt))}
+    assert evaluator.results_path == tmp_path / "general" / "default" / "evaluation" / "results.json"
 
 
 def test_from_trainer_follows_the_trainers_params(random_gpt):
@@ -224,12 +242,95 @@ def test_from_trainer_follows_the_trainers_params(random_gpt):
     )
 
 
-def test_from_checkpoint(random_gpt, tmp_path):
+def test_from_checkpoint_keyword_form(random_gpt, tmp_path):
     directory = random_gpt.save(tmp_path / "model")
-    ev = Evaluator.from_checkpoint(directory, [_Ppl()], results_dir=tmp_path / "out", per_device_batch_size=8)
+    ev, config = Evaluator.from_checkpoint(
+        directory, evaluations=[_Ppl()], results_dir=tmp_path / "out", per_device_batch_size=8
+    )
     assert ev.name == "model" and ev.inference.config == random_gpt.config
+    assert ev.inference.per_device_batch_size == 8
+    assert config is ev.config and config.checkpoint == directory and config.model == random_gpt.config
     assert ev.run()["ppl"] == pytest.approx(_Ppl()(random_gpt), rel=1e-5)
     assert (tmp_path / "out" / "general" / "default" / "model" / "results.json").exists()
+    with pytest.raises(TypeError, match=r"spec must be an ExecutionSpec.*evaluations="):
+        Evaluator.from_checkpoint(directory, [_Ppl()])  # the old positional evaluations: a clear error
+
+
+def test_bug_from_checkpoint_in_the_seeds_positional_form(random_gpt, tmp_path):
+    """Regression (issue 15): the seed's ``from_checkpoint(suffix, spec, runtime_cfg, resume) -> (evaluator,
+    config)``; ours took ``(path, evaluations)`` and returned the evaluator alone, so ``evaluator, cfg = ...``
+    failed."""
+    import jax
+
+    directory = random_gpt.save(tmp_path / "model")
+    spec = ExecutionSpec(name="tiny-eval", project="proj", group="grp", devices=jax.devices(), replicas=1,
+                         per_device_batch_size=4)  # fmt: skip
+    cfg = EvaluatorConfig(evaluations=[_Ppl()], results_dir=tmp_path / "results")
+    evaluator, config = Evaluator.from_checkpoint(directory, spec, cfg, False)
+    assert isinstance(evaluator, Evaluator) and isinstance(config, EvaluatorConfig)
+    assert config.evaluations == cfg.evaluations and config.checkpoint == directory
+    assert evaluator.spec == spec and evaluator.inference.per_device_batch_size == 4
+    assert evaluator.inference.replicas == 1
+    results = evaluator()
+    assert results == {"ppl": pytest.approx(_Ppl()(random_gpt), rel=1e-5)}
+    path = tmp_path / "results" / "proj" / "grp" / "tiny-eval" / "results.json"
+    assert json.loads(path.read_text()) == {
+        "job": "tiny-eval",
+        "project": "proj",
+        "group": "grp",
+        "results": results,
+    }
+
+
+def test_resume_reuses_saved_results_and_a_fresh_evaluation_replaces_them(random_gpt, tmp_path):
+    directory = random_gpt.save(tmp_path / "model")
+    cfg = EvaluatorConfig(evaluations=[_Ppl()], results_dir=tmp_path / "results")
+    first, _ = Evaluator.from_checkpoint(directory, ExecutionSpec(name="e"), cfg)
+    saved = first()
+    data = json.loads(first.results_path.read_text())
+    data["results"]["ppl"] = -1.0  # so a result read back from the file is told apart from a fresh one
+    first.results_path.write_text(json.dumps(data))
+    resumed, _ = Evaluator.from_checkpoint(directory, ExecutionSpec(name="e"), cfg, resume=True)
+    scored = resumed.inference.stats.score_calls
+    assert resumed() == {"ppl": -1.0} and resumed.inference.stats.score_calls == scored  # not run again
+    fresh, _ = Evaluator.from_checkpoint(
+        directory, ExecutionSpec(name="e"), cfg
+    )  # resume=False: the seed default
+    assert (
+        fresh() == pytest.approx(saved) and json.loads(fresh.results_path.read_text())["results"] == fresh()
+    )
+
+
+def test_evaluator_from_a_spec_gets_its_model_later(random_gpt, tmp_path):
+    """The seed's ``Evaluator(spec)``: the topology first, the model from ``restore_from_path``."""
+    evaluator = Evaluator(
+        ExecutionSpec(name="later", per_device_batch_size=2), config={"results_dir": tmp_path}
+    )
+    evaluator.evaluations = [_Ppl()]
+    with pytest.raises(
+        EvaluationError, match="evaluator 'later' has no model: load one with restore_from_path"
+    ):
+        evaluator.evaluate()
+    evaluator.restore_from_path(random_gpt.save(tmp_path / "model"))
+    assert (
+        evaluator.inference.per_device_batch_size == 2 and evaluator.encoding is evaluator.inference.tokenizer
+    )
+    assert evaluator.run() == {"ppl": pytest.approx(_Ppl()(random_gpt), rel=1e-5)}
+
+
+def test_execution_spec_and_config_are_checked():
+    for bad in ({"per_device_batch_size": 0}, {"replicas": 0}, {"devices": []}, {"name": ""},
+                {"devices": ["cpu0"], "replicas": 2}):  # fmt: skip
+        with pytest.raises(ValueError, match="ExecutionSpec"):
+            ExecutionSpec(**bad)
+    with pytest.raises(ValueError, match="replicas=64 but there are"):
+        ExecutionSpec(replicas=64).job_kwargs()
+    assert ExecutionSpec(per_device_batch_size=3).job_kwargs() == {"per_device_batch_size": 3}
+    with pytest.raises(ValueError, match="repeated: ppl"):
+        EvaluatorConfig(evaluations=[_Ppl(), _Ppl()])
+    with pytest.raises(TypeError, match="must be Evaluation instances"):
+        EvaluatorConfig(evaluations=["ppl"])
+    assert EvaluatorConfig(results_dir="x").results_dir == Path("x")
 
 
 # ---------------------------------------------------------------------------------------------- tiny-adder end to end

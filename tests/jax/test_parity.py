@@ -106,17 +106,19 @@ def test_loglikelihood_matches_transformers(hf_checkpoints, jobs, name):
         assert res.is_greedy == greedy
 
 
+@pytest.mark.parametrize("start", [None, 256], ids=["bare", "start-token"])
 @pytest.mark.parametrize("name", ["gpt2", "llama"])
-def test_token_nll_matches_transformers(hf_checkpoints, jobs, name):
-    _, hf = hf_checkpoints[name]
+def test_token_nll_matches_transformers(hf_checkpoints, name, start):
+    path, hf = hf_checkpoints[name]
+    job = InferenceJob.from_checkpoint(path, tokenizer=ByteTokenizer(), start_token=start)
     text = "pack my box with five dozen liquor jugs"
-    seq = [256, *ByteTokenizer().encode(text)]
+    seq = ([] if start is None else [start]) + ByteTokenizer().encode(text)
     with torch.no_grad():
         logp = torch.log_softmax(hf(torch.tensor([seq[:-1]])).logits[0], -1).numpy()
     expected = -logp[np.arange(len(seq) - 1), seq[1:]]
-    [got] = jobs[name].token_nll([text])
+    [got] = job.token_nll([text])
     np.testing.assert_allclose(got, expected, atol=1e-4)
-    assert jobs[name].perplexity([text]) == pytest.approx(float(np.exp(expected.mean())), rel=1e-4)
+    assert job.perplexity([text]) == pytest.approx(float(np.exp(expected.mean())), rel=1e-4)
 
 
 @pytest.mark.parametrize("name", ["gpt2", "llama"])  # tied and untied unembedding

@@ -137,3 +137,88 @@ def test_chat_messages_may_be_objects():
         ByteTokenizer().apply_chat_template([Msg("user", "x")])
         == "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n"
     )
+
+
+# ---------------------------------------------------------------------------------------------- declared start token
+def test_byte_tokenizer_start_token_round_trips_and_transformers_agrees(tmp_path):
+    assert ByteTokenizer().start_token is None
+    tok = ByteTokenizer(add_bos_token=True)
+    assert tok.start_token == 256 and tok.encode("hi") == [104, 105]  # encode itself never adds it
+    tok.save(tmp_path / "bos")
+    ByteTokenizer().save(tmp_path / "bare")
+    assert load_tokenizer(tmp_path / "bos").start_token == 256
+    assert load_tokenizer(tmp_path / "bare").start_token is None
+    # the same files read through tokenizers: the post-processor puts the start token in front
+    from tokenizers import Tokenizer as HFTok
+
+    assert HFTok.from_file(str(tmp_path / "bos" / "tokenizer.json")).encode("hi").ids == [256, 104, 105]
+    assert HFTok.from_file(str(tmp_path / "bare" / "tokenizer.json")).encode("hi").ids == [104, 105]
+    config = json.loads((tmp_path / "bos" / "tokenizer_config.json").read_text())
+    config["add_bos_token"] = "yes"
+    (tmp_path / "bos" / "tokenizer_config.json").write_text(json.dumps(config))
+    with pytest.raises(TokenizerError, match="add_bos_token must be true or false"):
+        load_tokenizer(tmp_path / "bos")
+
+
+def _hf_directory(path, post_processor=None, config=None, model_config=None):
+    """A tokenizers-library BPE directory (not the byte tokenizer's), with the given post-processor and configs."""
+    from tokenizers import Tokenizer as HFTok
+    from tokenizers import models, pre_tokenizers
+
+    vocab = {"<s>": 0, "</s>": 1, "<|begin_of_text|>": 2, "a": 3, "b": 4}
+    tok = HFTok(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    tok.add_special_tokens(["<s>", "</s>", "<|begin_of_text|>"])
+    if post_processor is not None:
+        tok.post_processor = post_processor
+    path.mkdir()
+    tok.save(str(path / "tokenizer.json"))
+    (path / "tokenizer_config.json").write_text(json.dumps({"eos_token": "</s>", **(config or {})}))
+    if model_config is not None:
+        (path / "config.json").write_text(json.dumps(model_config))
+    return path
+
+
+def test_hf_start_token_is_what_the_checkpoint_declares(tmp_path):
+    """Rules, in order: tokenizer_config.json add_bos_token (the BOS token, from bos_token or config.json's
+    bos_token_id), else the token the tokenizer.json post-processor puts in front, else none."""
+    from tokenizers import processors
+
+    llama3 = processors.TemplateProcessing(
+        single="<|begin_of_text|> $A",
+        pair="<|begin_of_text|> $A $B",
+        special_tokens=[("<|begin_of_text|>", 2)],
+    )
+    bos_eos = processors.TemplateProcessing(
+        single="<s> $A </s>", pair="<s> $A </s> $B", special_tokens=[("<s>", 0), ("</s>", 1)]
+    )
+    cases = {
+        "declared-true": (
+            _hf_directory(tmp_path / "t", config={"add_bos_token": True, "bos_token": "<s>"}),
+            0,
+        ),
+        "declared-by-config-json": (
+            _hf_directory(tmp_path / "c", config={"add_bos_token": True}, model_config={"bos_token_id": 0}),
+            0,
+        ),
+        "declared-false-wins": (_hf_directory(tmp_path / "f", llama3, {"add_bos_token": False}), None),
+        "post-processor": (_hf_directory(tmp_path / "p", llama3), 2),
+        "post-processor-bos-and-eos": (_hf_directory(tmp_path / "e", bos_eos), 0),
+        "gpt2-style-nothing-declared": (
+            _hf_directory(tmp_path / "n", model_config={"bos_token_id": 0}),
+            None,
+        ),
+    }
+    for name, (directory, expected) in cases.items():
+        tok = load_tokenizer(directory)
+        assert isinstance(tok, HFTokenizer) and tok.start_token == expected, name
+        assert tok.encode("ab") == [3, 4], name  # encoding itself never adds it
+    with pytest.raises(TokenizerError, match="add_bos_token is true but no bos_token"):
+        load_tokenizer(_hf_directory(tmp_path / "x", config={"add_bos_token": True}))
+    two = processors.TemplateProcessing(
+        single="<s> <|begin_of_text|> $A",
+        pair="<s> $A $B",
+        special_tokens=[("<s>", 0), ("<|begin_of_text|>", 2)],
+    )
+    with pytest.raises(TokenizerError, match=r"puts 2 tokens .* in front of a text.*start_token="):
+        load_tokenizer(_hf_directory(tmp_path / "two", two))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import random
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,7 @@ import pytest
 
 from .call import describe_exception
 from .errors import EvaluationError, InvalidResult, RewardTimeout
+from .executors import RewardExecutorWarning, ShipError
 from .failure import RewardFailure, RewardRepr, describe_outcome, user_frames
 from .pytest_private import TerminalRepr, structured_node_id
 from .results import FAIL, GroupAccumulator, SampleOutcome, bound_texts, row_json
@@ -289,26 +291,33 @@ class _FileRun:
         """How this item's function has prompt-only samples rolled out; None: it has no model to do it."""
         return None
 
-    def _outcomes(self) -> Iterator[SampleOutcome]:
+    def _outcomes(self, notes: list[str]) -> Iterator[SampleOutcome]:
+        """The file's outcomes in file order, scored by the session's executor (``--reward-executor``)."""
         settings = self.rs.settings
-        fn_name, label = self.fn.name, self.invoker.file_label
-        seen_ids: dict[str, int] = {}
         segment = self.SEGMENT
+        batch = None
         if self.invoker.batch:  # whole batches of a batch-mode function
             batch = max(1, settings.batch_size)
             segment = batch * max(1, segment // batch)
+        return self.rs.executor.stream(
+            self.invoker,
+            self._entries(),
+            segment=segment,
+            batch=batch,
+            rootdir=self.config.rootpath,
+            notes=notes,
+        )
+
+    def _entries(self) -> Iterator[Sample | SampleOutcome]:
+        """The file as the executor sees it: samples to score, and outcomes made here (malformed lines, duplicate
+        ids, prompt-only samples without a model, rolled-out prompts: rollouts stay on this process's model)."""
+        settings = self.rs.settings
+        fn_name, label = self.fn.name, self.invoker.file_label
+        seen_ids: dict[str, int] = {}
         rolling = self.rollout_settings()
         chunk_size = self.rs.rollouts.chunk_size if rolling is not None else 0
-        answered: list[Sample] = []
         prompts: list[Sample] = []
         chunk_index = 0
-
-        def score(samples: list[Sample]) -> Iterator[SampleOutcome]:
-            if samples:
-                yield from self.invoker.score_stream(
-                    samples, workers=settings.workers, chunk=settings.batch_size
-                )
-
         # Keys (numbered duplicates, response hashes) only when the run stores per-sample data: they cost a hash.
         keys = settings.needs_record or settings.needs_rows
         for record in iter_samples(self.path, max_line_bytes=settings.max_line_bytes, keys=keys):
@@ -326,24 +335,16 @@ class _FileRun:
                     else:
                         prompts.append(record)
                         if len(prompts) == chunk_size:
-                            yield from score(answered)  # keep rows roughly in file order
-                            answered = []
                             yield from self._roll(prompts, chunk_index, rolling)
                             prompts = []
                             chunk_index += 1
                         continue
             if problem is not None:
-                yield from score(answered)  # rows stay in file order
-                answered = []
                 yield error_outcome(fn_name, label, record, problem)
                 continue
-            answered.append(record)  # type: ignore[arg-type]
-            if len(answered) >= segment:
-                yield from score(answered)
-                answered = []
-        yield from score(answered)
+            yield record
         if prompts:
-            yield from self._roll(prompts, chunk_index, rolling)  # type: ignore[arg-type]
+            yield from self._roll(prompts, chunk_index, rolling)
 
     def _roll(self, samples: list[Sample], index: int, rolling: Any) -> Iterator[SampleOutcome]:
         from .rollouts import score_responses
@@ -380,8 +381,9 @@ class _FileRun:
         before = (pool.calls, pool.seconds) if pool is not None else (0, 0.0)
         pending: list[str] = []  # rows written in blocks (≤ 4096 rows, ~1 MB), not one write call per sample
         pending_chars = 0
+        notes: list[str] = []
         try:
-            for outcome in self._outcomes():
+            for outcome in self._outcomes(notes):
                 acc.add(outcome)
                 reservoir.offer(outcome)
                 if rows is not None or record is not None:
@@ -406,11 +408,17 @@ class _FileRun:
                     if len(lowest) > 4 * self.WORST:
                         lowest.sort(key=_by_score)
                         del lowest[self.WORST :]
+        except ShipError as exc:
+            pytest.fail(str(exc), pytrace=False)
         finally:
             if rows is not None:
                 if pending:
                     rows.write("\n".join(pending) + "\n")
                 rows.close()
+            # workers that died and the chunks retried: the run survived, but the user should know (the warning is
+            # attributed to the samples file, line 0: no source line is shown)
+            for note in notes:
+                warnings.warn_explicit(RewardExecutorWarning(note), RewardExecutorWarning, str(self.path), 0)
         lowest.sort(key=_by_score)
         summary = acc.summary(seed=settings.seed, n_resamples=settings.n_resamples)
         worst = failing + lowest[: max(0, self.WORST - len(failing))]

@@ -153,13 +153,33 @@ OPTIONS: tuple[Option, ...] = (
         "Longest accepted JSONL line in bytes; longer lines are reported as errors.",
     ),
     Option(
+        "--reward-executor",
+        "reward_executor",
+        "choice",
+        "thread",
+        "Where file items score their samples: 'thread' (in the pytest process), 'process' (worker processes on "
+        "this machine, for CPU-bound rewards) or 'ray' (a local Ray, or the cluster at --reward-ray-address). "
+        "With process or ray, auto granularity means file items.",
+        choices=("thread", "process", "ray"),
+    ),
+    Option(
         "--reward-workers",
         "reward_workers",
         "int",
-        1,
-        "Threads (or concurrent coroutines) scoring samples "
-        "in file granularity, for I/O-bound reward functions.",
+        None,
+        "Scoring workers of file items: threads or concurrent coroutines for I/O-bound rewards (thread; "
+        "default 1), processes (process; default: the CPUs this process may use), chunks running at once "
+        "(ray; default: the cluster's CPUs).",
         metavar="N",
+    ),
+    Option(
+        "--reward-ray-address",
+        "reward_ray_address",
+        "str",
+        None,
+        "With --reward-executor ray: the cluster to score on (host:port of its GCS, or ray://host:10001); the "
+        "project is shipped as the tasks' working_dir. Default: a local Ray on 127.0.0.1 for the run.",
+        metavar="ADDR",
     ),
     Option(
         "--reward-timeout",
@@ -401,7 +421,11 @@ class Settings:
     granularity: str = "auto"
     max_items_per_file: int = 10000
     max_line_bytes: int = 8 * 1024 * 1024
-    workers: int = 1
+    executor: str = "thread"
+    """Where file items score their samples: ``thread``, ``process`` or ``ray`` (:mod:`pytest_reward.executors`)."""
+    workers: int | None = None
+    """Scoring workers (None: the executor's default)."""
+    ray_address: str | None = None
     timeout: float | None = None
     """Seconds one reward call may take (None: no limit)."""
     batch_size: int = 32
@@ -653,12 +677,16 @@ def resolve(config: pytest.Config) -> Settings:
         evaluations=tuple(values["reward_evaluations"][0]),
         samples_glob=tuple(values["reward_samples_glob"][0]),
         defaults=defaults,
-        granularity=values["reward_granularity"][0],
+        granularity=_granularity(values["reward_granularity"], values["reward_executor"]),
+        executor=values["reward_executor"][0],
+        ray_address=_ray_address(values["reward_ray_address"], values["reward_executor"]),
         max_items_per_file=_positive(
             "reward_max_items_per_file", *values["reward_max_items_per_file"], minimum=0
         ),
         max_line_bytes=_positive("reward_max_line_bytes", *values["reward_max_line_bytes"], minimum=1024),
-        workers=_positive("--reward-workers", *values["reward_workers"]),
+        workers=None
+        if values["reward_workers"][0] is None
+        else _positive("--reward-workers", *values["reward_workers"]),
         timeout=_timeout(*values["reward_timeout"]),
         batch_size=_positive("--reward-batch-size", *values["reward_batch_size"]),
         seed=values["reward_seed"][0],
@@ -703,6 +731,41 @@ def resolve(config: pytest.Config) -> Settings:
         bundle_name=values["reward_bundle_name"][0],
         bundle_include=tuple(values["reward_bundle_include"][0]),
     )
+
+
+def _granularity(granularity: tuple[str, str], executor: tuple[str, str]) -> str:
+    """``auto`` means ``file`` with a process or Ray executor (they score whole files); ``sample`` items are scored
+    in the pytest process, so asking for both is a usage error."""
+    (value, source), (kind, kind_source) = granularity, executor
+    if kind == "thread":
+        return value
+    if value == "sample":
+        raise pytest.UsageError(
+            f"{source}: sample items are scored in the pytest process, but {kind_source} asks for "
+            f"--reward-executor {kind}, which scores file items: use --reward-granularity file (or auto), or -n N "
+            "(pytest-xdist) to spread sample items over processes"
+        )
+    return "file"
+
+
+def _ray_address(address: tuple[str | None, str], executor: tuple[str, str]) -> str | None:
+    """The Ray cluster to join; Ray itself must be installed when it is chosen (checked without importing it)."""
+    value, source = address
+    kind, kind_source = executor
+    if kind != "ray":
+        if value:
+            raise pytest.UsageError(
+                f"{source}: a Ray address needs --reward-executor ray (got {kind!r} from {kind_source})"
+            )
+        return None
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:
+        raise pytest.UsageError(
+            f"{kind_source}: --reward-executor ray needs Ray, which is not installed: "
+            "pip install 'pytest-reward[ray]'"
+        )
+    return value or None
 
 
 def _timeout(value: float | None, source: str) -> float | None:

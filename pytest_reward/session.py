@@ -35,6 +35,9 @@ class RewardSession:
         self._row_sink: Any = None
         self._job: Any = None
         self._rollouts: Any = None
+        self._executor: Any = None
+        if settings.executor == "ray" and not self.is_worker and config.pluginmanager.hasplugin("xdist"):
+            config.pluginmanager.register(_RayXdistHooks(self), _RayXdistHooks.NAME)
 
     # -- discovery ---------------------------------------------------------------------------------------
 
@@ -92,6 +95,8 @@ class RewardSession:
             test_modules=not light,
         )
         self.registry = discover(opts, config)
+        if not light and self.settings.executor == "process" and self._runs_items():
+            self.executor.start()  # the workers boot (import the plugin) while pytest collects
         if light:
             self.registry.import_errors.clear()  # not asked for: never break an unrelated run
             self.bound_only = any(fn.gates.samples for fn in self.registry.functions)
@@ -231,6 +236,44 @@ class RewardSession:
 
         return Progress(self.config, label, total)
 
+    # -- the executor of file-granularity items (--reward-executor) ------------------------------------------
+
+    def _runs_items(self) -> bool:
+        """Whether this process runs items (not the controller of pytest-xdist workers, not --collect-only)."""
+        config = self.config
+        if config.option.collectonly:
+            return False
+        return self.is_worker or config.getoption("dist", "no") == "no"
+
+    @property
+    def executor(self) -> Any:
+        """Where ``file`` items score their samples (:mod:`pytest_reward.executors`), made on first use."""
+        if self._executor is None:
+            from .executors import make_executor
+
+            settings = self.settings
+            address, local = settings.ray_address, False
+            if self.is_worker and settings.executor == "ray" and address is None:
+                # the local Ray that the xdist controller started for the run (see _RayXdistHooks)
+                address = self.config.workerinput.get("reward_ray_address")  # type: ignore[attr-defined]
+                local = address is not None
+            self._executor = make_executor(
+                settings.executor,
+                workers=settings.workers,
+                ray_address=address,
+                ray_local=local,
+                rootdir=self.config.rootpath,
+            )
+        return self._executor
+
+    def close_executor(self) -> None:
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.close()
+        plugin = self.config.pluginmanager.get_plugin(_RayXdistHooks.NAME)
+        if plugin is not None:
+            self.config.pluginmanager.unregister(plugin)
+
     # -- rows of file-granularity items (they cannot travel in reports) -------------------------------------
 
     def setup_parts_dir(self) -> None:
@@ -267,6 +310,7 @@ class RewardSession:
         return [sink.name, offset, len(data)]
 
     def cleanup(self) -> None:
+        self.close_executor()
         if self._row_sink is not None:
             self._row_sink.close()
             self._row_sink = None
@@ -274,6 +318,29 @@ class RewardSession:
             import shutil
 
             shutil.rmtree(self.parts_dir, ignore_errors=True)
+
+
+class _RayXdistHooks:
+    """``--reward-executor ray`` under pytest-xdist without an address: the controller starts one local Ray for the
+    run, and its pytest workers join it (instead of each starting a Ray of its own)."""
+
+    NAME = "pytest-reward-ray-xdist"
+
+    def __init__(self, rs: RewardSession) -> None:
+        self.rs = rs
+        self.address: str | None = None
+
+    def pytest_configure_node(self, node: Any) -> None:
+        if self.rs.settings.ray_address is not None:
+            return  # the workers join the cluster named on the command line themselves
+        if self.address is None:
+            from .executors import make_executor
+
+            executor = make_executor("ray", workers=self.rs.settings.workers)
+            executor.start()
+            self.rs._executor = executor  # closed with the session
+            self.address = executor.cluster_address
+        node.workerinput["reward_ray_address"] = self.address
 
 
 _SHIPPED_MODELS = Path(__file__).resolve().parent / "jax" / "models"

@@ -21,6 +21,8 @@ _LAZY = {
     "MetricRewardOutput": "models",
     "reward_function": "api",
     "is_reward_function": "decorator",
+    "probe": "probes",
+    "ProbeSample": "probes",
     "BaselineError": "errors",
     "BundleError": "errors",
     "DeployError": "errors",
@@ -52,6 +54,7 @@ __all__ = [
     "Message",
     "MetricResult",
     "MetricRewardOutput",
+    "ProbeSample",
     "RewardCallError",
     "RewardDeployError",
     "RewardError",
@@ -66,6 +69,7 @@ __all__ = [
     "UsageError",
     "__version__",
     "is_reward_function",
+    "probe",
     "reward_function",
 ]
 
@@ -100,6 +104,7 @@ if TYPE_CHECKING:  # pragma: no cover
         StepOutput,
         ToolCall,
     )
+    from .probes import ProbeSample, probe
 
 
 def __getattr__(name: str) -> Any:

@@ -2,17 +2,19 @@
 ``GroupResult`` per reward function × samples file, with its summary and gate verdicts.
 
 Reports arrive in any order (xdist workers interleave); each group's aggregates are streamed (compact arrays), and
-verdicts are judged once, in :meth:`Aggregator.groups`, after the run loop.
+verdicts are judged once, in :meth:`Aggregator.groups`, after the run loop. Probe items report their own kind
+(:mod:`pytest_reward.probe_items`): one ``ProbeResult`` each (:meth:`Aggregator.probes`), counted in no group.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from .results import GroupAccumulator, SampleOutcome, Summary, evaluate_gates
-from .run import GroupResult
+from .run import GroupResult, ProbeResult
 from .thresholds import Gates, validate_marker
 from .wire import outcome_from_wire
 
@@ -44,11 +46,12 @@ class Aggregator:
         self._crashes: dict[tuple[str, str], list[str]] = {}
         self.rollout_calls = 0
         self.rollout_seconds = 0.0
+        self._probes: dict[tuple[str, str, str], ProbeResult] = {}
 
     @property
     def has_results(self) -> bool:
         """Whether any reward item reported (unrelated runs skip all the end-of-run work)."""
-        return bool(self._accumulators or self._file_groups or self._crashes)
+        return bool(self._accumulators or self._file_groups or self._crashes or self._probes)
 
     def gates(self, name: str) -> Gates:
         gates = self._gates_of(name)
@@ -58,6 +61,9 @@ class Aggregator:
 
     def add(self, data: Mapping[str, Any]) -> None:
         """Fold the reward data of one test report."""
+        if "probe" in data:
+            self._add_probe(data["probe"])
+            return
         groups = data.get("groups") or []
         for group in groups:
             key = (group["function"], group["file"])
@@ -94,6 +100,20 @@ class Aggregator:
         if "summary" in data:
             summary = Summary.from_dict(data["summary"])
             self._file_groups[(summary.function, summary.file)] = (summary, data)
+
+    def _add_probe(self, data: Mapping[str, Any]) -> None:
+        """A probe item's result: its own kind, counted in no sample group. A later report of the same item (a
+        teardown that failed after the call reported) adds its crash to the result already known."""
+        result = ProbeResult.from_wire(data)
+        key = (result.function, result.file, result.probe)
+        known = self._probes.get(key)
+        if known is not None and result.crashes:
+            result = replace(known, verdict="ERROR", crashes=known.crashes + result.crashes)
+        self._probes[key] = result
+
+    def probes(self) -> tuple[ProbeResult, ...]:
+        """Every probe's result, by function, file and the probe's place in the marker."""
+        return tuple(sorted(self._probes.values(), key=lambda p: (p.function, p.file, p.order, p.probe)))
 
     def _summary(self, key: tuple[str, str], acc: GroupAccumulator) -> Summary:
         return acc.summary(seed=self.seed, n_resamples=self.n_resamples, expected=self._expected.get(key))

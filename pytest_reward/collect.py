@@ -25,6 +25,7 @@ from .items import (
     may_use_model,
     uses_model,
 )
+from .probe_items import ProbeItem, ProbeTarget, session_probes
 from .pytest_private import fixture_info
 from .samples import Sample, SampleError, count_lines, iter_samples
 from .scoring import Invoker
@@ -60,10 +61,43 @@ class SamplesFile(pytest.File):
         if granularity == "auto":
             lines = count_lines(self.path, limit=settings.max_items_per_file)
             granularity = "sample" if lines <= settings.max_items_per_file else "file"
+        probed = self._probed(rs, functions)
         if granularity == "file":
             yield from self._file_items(rs, functions, label)
+            for fn, probes in probed:
+                yield from self._probe_items(ProbeTarget(fn, label, self.path, rs), probes)
             return
-        yield from self._sample_items(rs, functions, label)
+        samples: list[Sample] = []
+        yield from self._sample_items(rs, functions, label, samples)
+        for fn, probes in probed:
+            yield from self._probe_items(ProbeTarget(fn, label, self.path, rs, samples), probes)
+
+    def _probed(self, rs: RewardSession, functions: list[RewardFn]) -> list[tuple[RewardFn, list[Any]]]:
+        """The functions whose marker declares probes, and their probes (an unknown name is a collection error
+        naming the function)."""
+        declared = [fn for fn in functions if fn.gates.probes]
+        if not declared:
+            return []
+        registry = session_probes(self.config)
+        out = []
+        for fn in declared:
+            where = f"@pytest.mark.reward on {rs.rel(fn.path)}::{fn.qualname}"
+            try:
+                out.append((fn, registry.resolve(fn.gates.probes, where)))
+            except GateError as exc:
+                raise self.CollectError(str(exc)) from None
+        return out
+
+    def _probe_items(self, target: ProbeTarget, probes: list[Any]) -> Iterator[pytest.Item]:
+        for order, (probe, rule) in enumerate(probes):
+            yield ProbeItem.from_parent(
+                self,
+                name=f"{target.fn.name}[probe:{probe.name}]",
+                target=target,
+                probe=probe,
+                rule=rule,
+                order=order,
+            )
 
     def _file_items(self, rs: RewardSession, functions: list[RewardFn], label: str) -> Iterator[pytest.Item]:
         settings = rs.settings
@@ -94,10 +128,10 @@ class SamplesFile(pytest.File):
             yield item
 
     def _sample_items(
-        self, rs: RewardSession, functions: list[RewardFn], label: str
+        self, rs: RewardSession, functions: list[RewardFn], label: str, samples: list[Sample]
     ) -> Iterator[pytest.Item]:
+        """Items per function × sample; ``samples`` is filled with the file's samples (probe items share them)."""
         settings = rs.settings
-        samples: list[Sample] = []
         errors: list[SampleError] = []
         seen: dict[str, int] = {}
         for record in iter_samples(self.path, max_line_bytes=settings.max_line_bytes):

@@ -59,7 +59,10 @@ class RunController:
         """Judge every group and compare with the baseline; the result is final."""
         settings = self.settings
         groups = self.aggregator.groups()
+        probes = self.aggregator.probes()
         record = run_record(groups, meta) if settings.needs_record else {}
+        if record and probes:  # the probes' verdicts and counts (comparisons read only the groups)
+            record["probes"] = [p.record_entry() for p in probes]
         result = RunResult(
             settings=settings,
             groups=groups,
@@ -68,6 +71,7 @@ class RunController:
             rollout_calls=self.aggregator.rollout_calls,
             rollout_seconds=self.aggregator.rollout_seconds,
             record=record,
+            probes=probes,
         )
         if self.baseline is not None:
             result = self._compared(result)

@@ -17,6 +17,7 @@ import pytest
 if TYPE_CHECKING:
     from .deploy.bundle import BuiltBundle
     from .deploy.targets import Receipt, TargetRegistry
+    from .probes import ProbeRegistry
     from .run import RunResult
 
 
@@ -31,6 +32,20 @@ def pytest_reward_run_finished(result: RunResult, session: pytest.Session) -> No
         ``result.compare_failures``, ``result.meta``, ``result.functions`` (the reward functions that ran).
     :param session: the pytest session; ``session.exitstatus`` is its status so far. An implementation may set it
         to fail the session (the deploy step does, when a deploy fails).
+    """
+
+
+def pytest_reward_probes(probes: ProbeRegistry, config: pytest.Config) -> None:
+    """Register custom reward-hacking probes, which reward functions then list in their marker
+    (``@pytest.mark.reward(probes=["default", "negate"])``). Called once per process (the controller and each
+    xdist worker), when the first samples file is collected, before any probe name is looked up.
+
+    :param probes: the session's probes: the built-ins, those registered with ``@pytest_reward.probe``, and what
+        this hook adds: ``probes.register("negate", mutate, rule="not pass", doc="why the rule must hold")``, where
+        ``mutate(response: str, sample: ProbeSample) -> str | None`` returns the mutated response (None: the probe
+        does not apply to that sample) and ``rule`` is ``"<= floor"``, ``"<= original"``, ``"== original"``,
+        ``"not pass"`` or ``"info"`` (see :mod:`pytest_reward.probes`).
+    :param config: the pytest config.
     """
 
 

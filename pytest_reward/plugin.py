@@ -264,7 +264,9 @@ class RewardHooks:
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
         controller = self.controller
-        if controller is None or controller.result is None or not controller.result.groups:
+        if controller is None or controller.result is None:
+            return
+        if not (controller.result.groups or controller.result.probes):
             return
         from .report.terminal import write_summary
 

@@ -10,6 +10,9 @@ pytest 8.4–9.x; the rest of the package uses public API only):
 * :func:`import_test_module` — ``_pytest.pathlib.import_path``: discovery imports the test modules that define
   reward functions exactly as pytest's own collection does (same module objects, same ``sys.path`` handling,
   assertion rewriting intact), so each function is found once, not twice under two module names.
+* :func:`skip_at_item` — ``Skipped(_use_item_location=True)``: a skip decided while an item runs (a probe that
+  applies to no sample) is reported at the item's location, as pytest's own ``skip`` marks are; ``pytest.skip()``
+  would name the line of pytest's runner that caught it.
 * :func:`structured_node_id` — pytest ≥ 9.2 builds a ``Function``'s structured node id from its name without
   splitting off ``[...]``; our items must carry the id pytest parses back from ``--lf`` caches and ``--deselect``.
 """
@@ -25,12 +28,24 @@ import pytest
 from _pytest._code.code import TerminalRepr
 from _pytest._io import TerminalWriter
 
-__all__ = ["TerminalRepr", "TerminalWriter", "fixture_info", "import_test_module", "structured_node_id"]
+__all__ = [
+    "TerminalRepr",
+    "TerminalWriter",
+    "fixture_info",
+    "import_test_module",
+    "skip_at_item",
+    "structured_node_id",
+]
 
 
 def fixture_info(collector: pytest.Collector, func: Callable[..., Any]) -> Any:
     """The ``FuncFixtureInfo`` of ``func`` as a test function under ``collector``."""
     return collector.session._fixturemanager.getfixtureinfo(node=collector, func=func, cls=None)
+
+
+def skip_at_item(reason: str) -> BaseException:
+    """The exception that skips the running item, reported at the item's own location (raise it)."""
+    return pytest.skip.Exception(reason, _use_item_location=True)
 
 
 def structured_node_id(nodeid: str) -> Any:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from .options import Settings
     from .results import GateResult
 
-__all__ = ["GroupResult", "RunResult"]
+__all__ = ["GroupResult", "ProbeExample", "ProbeResult", "RunResult"]
 
 #: The summary fields a stored run keeps of each group.
 _RECORD_SUMMARY = (
@@ -194,6 +194,133 @@ def _worst_key(outcome: SampleOutcome) -> tuple[int, float, int]:
 
 
 @dataclass(frozen=True)
+class ProbeExample:
+    """A counter-example of a probe: a sample's own response and the mutated one, both scores, what broke."""
+
+    line: int
+    sample_id: str
+    original: str | None
+    """The sample's own response (cut to 500 characters)."""
+    mutated: str
+    """The mutated response (cut to 500 characters)."""
+    original_score: float | None
+    score: float | None
+    """The mutated response's score (None: no valid score, or the reward raised)."""
+    problem: str
+    """What broke the rule (``it passes (1)``, ``score 0.5 > floor 0``, ``raised on the mutated response: ...``);
+    for an ``info`` probe, what was seen."""
+    reason: str | None = None
+    """The reward's reason (or its error) for the mutated response."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "line": self.line,
+            "id": self.sample_id,
+            "original": self.original,
+            "mutated": self.mutated,
+            "original_score": self.original_score,
+            "score": self.score,
+            "problem": self.problem,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """One reward function × one probe × one samples file: how many responses the probe mutated, how many of the
+    mutated responses broke its rule, and the first counter-examples. Probes count in no sample group."""
+
+    function: str
+    file: str
+    probe: str
+    rule: str
+    doc: str = ""
+    verdict: str = "PASS"
+    """``PASS``, ``FAIL`` (a response broke the rule), ``INFO`` (an ``info`` rule: reported only), ``SKIP`` (the
+    probe applied to no sample) or ``ERROR`` (the item ended without a verdict: a crash, a setup error)."""
+    checked: int = 0
+    """Samples whose response the probe mutated and scored."""
+    broken: int = 0
+    """Of those, how many broke the rule."""
+    not_applicable: int = 0
+    """Samples with a response that the probe left alone (nothing to mutate)."""
+    errors: int = 0
+    """Mutated responses the reward raised on (or timed out on)."""
+    passing: int = 0
+    """Mutated responses that pass (what an ``info`` probe reports)."""
+    floor: float | None = None
+    ceiling: float | None = None
+    threshold: float | None = None
+    mean_original: float | None = None
+    """Mean score of the probed samples' own responses (no valid score counts as the floor)."""
+    mean_mutated: float | None = None
+    """Mean score of their mutated responses (likewise)."""
+    note: str = ""
+    """Why the probe was skipped, or what an ``info`` probe found, in words."""
+    examples: tuple[ProbeExample, ...] = ()
+    crashes: tuple[str, ...] = ()
+    """Why the item ended without a verdict of its own."""
+    order: int = 0
+    """The probe's place in the marker (results are listed by function, file, then this)."""
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> ProbeResult:
+        examples = tuple(
+            ProbeExample(
+                line=e["line"],
+                sample_id=e["id"],
+                original=e.get("original"),
+                mutated=e["mutated"],
+                original_score=e.get("original_score"),
+                score=e.get("score"),
+                problem=e["problem"],
+                reason=e.get("reason"),
+            )
+            for e in data.get("examples") or ()
+        )
+        crash = data.get("crash")
+        known = {f for f in cls.__dataclass_fields__ if f not in ("examples", "crashes")}
+        fields = {k: v for k, v in data.items() if k in known}
+        return cls(**fields, examples=examples, crashes=(crash,) if crash else ())
+
+    def to_dict(self) -> dict[str, Any]:
+        """This result in summary.json (and what report.html renders)."""
+        return {
+            "function": self.function,
+            "file": self.file,
+            "probe": self.probe,
+            "rule": self.rule,
+            "doc": self.doc,
+            "verdict": self.verdict,
+            "checked": self.checked,
+            "broken": self.broken,
+            "not_applicable": self.not_applicable,
+            "errors": self.errors,
+            "passing": self.passing,
+            "floor": self.floor,
+            "ceiling": self.ceiling,
+            "threshold": self.threshold,
+            "mean_original": self.mean_original,
+            "mean_mutated": self.mean_mutated,
+            "note": self.note,
+            "crashes": list(self.crashes),
+            "examples": [e.to_dict() for e in self.examples],
+        }
+
+    def record_entry(self) -> dict[str, Any]:
+        """This result in a stored run: the verdict and its counts (no texts)."""
+        return {
+            "function": self.function,
+            "file": self.file,
+            "probe": self.probe,
+            "rule": self.rule,
+            "verdict": self.verdict,
+            "checked": self.checked,
+            "broken": self.broken,
+        }
+
+
+@dataclass(frozen=True)
 class RunResult:
     """What one reward run found. Built once on the controller; every field is final."""
 
@@ -215,6 +342,8 @@ class RunResult:
     rollout_seconds: float = 0.0
     record: Mapping[str, Any] = field(default_factory=dict)
     """The stored run (:func:`pytest_reward.baseline.run_record`): built only when the run is stored or compared."""
+    probes: tuple[ProbeResult, ...] = ()
+    """The reward-hacking probes that ran (``@pytest.mark.reward(probes=...)``), by function, file and probe."""
 
     @property
     def failed_gates(self) -> list[tuple[GroupResult, GateResult]]:
@@ -222,7 +351,9 @@ class RunResult:
 
     @property
     def verdict(self) -> str:
-        """``FAIL`` when a sample, a gate or a comparison rule failed or an item errored; else ``PASS``."""
+        """``FAIL`` when a sample, a gate, a comparison rule or a probe failed or an item errored; else ``PASS``."""
         if self.compare_failures or any(g.verdict in ("FAIL", "ERROR") for g in self.groups):
+            return "FAIL"
+        if any(p.verdict in ("FAIL", "ERROR") for p in self.probes):
             return "FAIL"
         return "PASS"

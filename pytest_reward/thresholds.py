@@ -10,6 +10,9 @@ metrics={"relevance": {"mean": 0.6}}, samples="data/x.jsonl", rollout={...})``
 * ``confidence``: the mean and pass-rate gates must hold for the *lower bound* of the two-sided ``confidence``
   interval (seeded percentile bootstrap for the mean, Wilson score for the rate), not the point estimate.
 * ``metrics``: the same keys (``threshold``, ``mean``, ``pass_rate``, ``quantile``) per named metric.
+* ``probes``: reward-hacking probes (:mod:`pytest_reward.probes`): ``"default"``, a list of probe names (``"default"``
+  among them adds the default set), or a dict ``{probe: rule}`` (``None``: the probe's own rule). The rules are
+  checked here; the names when the function's items are built (custom probes may come from a hook).
 
 Settings resolve key by key: marker > command line > ini. Validation errors name where the bad value came from.
 """
@@ -23,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .errors import GateError
+from .probes import DEFAULT_PROBES, parse_rule
 
 __all__ = [
     "GATE_KEYS",
@@ -35,7 +39,7 @@ __all__ = [
 ]
 
 GATE_KEYS = ("threshold", "mean", "max_mean", "pass_rate", "quantile", "confidence")
-MARKER_KEYS = (*GATE_KEYS, "metrics", "samples", "rollout", "timeout")
+MARKER_KEYS = (*GATE_KEYS, "metrics", "samples", "rollout", "timeout", "probes")
 METRIC_KEYS = ("threshold", "mean", "pass_rate", "quantile")
 ROLLOUT_KEYS = ("n", "temperature", "top_p", "top_k", "max_new_tokens", "seed", "stop")
 
@@ -68,6 +72,8 @@ class Gates:
     rollout: tuple[tuple[str, Any], ...] = ()
     timeout: float | None = None
     """Seconds one call of the function may take (marker ``timeout=``; else ``--reward-timeout``)."""
+    probes: tuple[tuple[str, str | None], ...] = ()
+    """Reward-hacking probes to run: (name, rule text or None for the probe's own rule), in declared order."""
     sources: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     @property
@@ -121,6 +127,8 @@ class Gates:
             out["rollout"] = dict(self.rollout)
         if self.timeout is not None:
             out["timeout"] = self.timeout
+        if self.probes:
+            out["probes"] = dict(self.probes)
         return out
 
 
@@ -215,6 +223,44 @@ def _rollout(value: Any, where: str) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted(out.items()))
 
 
+def _probes(value: Any, where: str) -> tuple[tuple[str, str | None], ...]:
+    """``"default"``, a list of names, or a dict name -> rule (None: the probe's own), as (name, rule) pairs in
+    declared order, ``"default"`` expanded; rules parsed (and written the one way)."""
+    usage = (
+        'probes must be "default", a list of probe names or a dict {probe: rule}, e.g. probes="default", '
+        'probes=["default", "case"], probes={"stuffing": "not pass", "repeat": "<= original"}'
+    )
+    if isinstance(value, str):
+        value = [value]
+    if isinstance(value, Mapping):
+        pairs = list(value.items())
+    elif isinstance(value, (list, tuple)):
+        pairs = [(name, None) for name in value]
+    else:
+        raise _fail(where, f"{usage}; got {value!r}")
+    if not pairs:
+        raise _fail(where, f"{usage}; got an empty {type(value).__name__}")
+    out: dict[str, str | None] = {}
+    for name, rule in pairs:
+        if not isinstance(name, str) or not name:
+            raise _fail(where, f"probe names must be non-empty strings, got {name!r}")
+        if name == "default":
+            if rule is not None:
+                raise _fail(
+                    where, f'"default" takes no rule (the default probes keep their own), got {rule!r}'
+                )
+            for default in DEFAULT_PROBES:
+                out.setdefault(default, None)
+            continue
+        if rule is not None:
+            try:
+                rule = parse_rule(rule).text
+            except GateError as exc:
+                raise _fail(where, f"probes[{name!r}]: {exc}") from None
+        out[name] = rule
+    return tuple(out.items())
+
+
 def validate_marker(args: tuple[Any, ...], kwargs: Mapping[str, Any], where: str) -> dict[str, Any]:
     """Validate the arguments of one ``reward`` marker (or a defaults mapping); returns ``Gates`` field values."""
     if args:
@@ -253,6 +299,8 @@ def validate_marker(args: tuple[Any, ...], kwargs: Mapping[str, Any], where: str
             if not seconds > 0:
                 raise _fail(where, f"timeout must be > 0 seconds, got {seconds:g}")
             out[key] = seconds
+        elif key == "probes":
+            out[key] = _probes(value, where)
     return out
 
 

@@ -19,6 +19,18 @@ One format, defined here and nowhere else::
       "rows_file": "path" | None, "record": {"key": [...], "score": [...], ...} | None,
     }
 
+A probe item (one reward function × one probe × one samples file, :mod:`pytest_reward.probe_items`) reports its
+own kind, which no sample group counts::
+
+    {
+      "verdict": "pass" | "fail",
+      "probe": {"function", "file", "probe", "rule", "doc", "verdict": "PASS" | "FAIL" | "INFO" | "SKIP" | "ERROR",
+                "checked", "broken", "not_applicable", "errors", "passing", "floor", "ceiling", "threshold",
+                "mean_original", "mean_mutated", "note", "order", "crash": "reason" | None,
+                "examples": [{"line", "id", "original", "mutated", "original_score", "score", "problem",
+                              "reason"}, ...]},   # the first counter-examples, texts cut to EXCERPT characters
+    }
+
 Per-sample outcomes travel positionally (a list of values in :data:`OUTCOME_FIELDS` order), not as dicts: one
 sample item's report is a few hundred bytes, and the field names are not repeated for every sample.
 """
@@ -30,7 +42,15 @@ from typing import Any
 
 from .results import SampleOutcome, outcome_fields
 
-__all__ = ["OUTCOME_FIELDS", "crash_data", "file_data", "outcome_from_wire", "outcome_to_wire", "outcomes_data"]
+__all__ = [
+    "OUTCOME_FIELDS",
+    "crash_data",
+    "file_data",
+    "outcome_from_wire",
+    "outcome_to_wire",
+    "outcomes_data",
+    "probe_data",
+]
 
 OUTCOME_FIELDS: tuple[str, ...] = outcome_fields()
 
@@ -104,3 +124,10 @@ def crash_data(
     data = outcomes_data(groups, outcomes, "fail", gates=gates)
     data["crash"] = reason
     return data
+
+
+def probe_data(verdict: str, **probe: Any) -> dict[str, Any]:
+    """The report data of a probe item: its result (plain values: numbers, short strings, lists and dicts of
+    them) under ``"probe"``; ``verdict`` is the probe's (``PASS``, ``FAIL``, ``INFO``, ``SKIP``, ``ERROR``)."""
+    probe["verdict"] = verdict
+    return {"verdict": "fail" if verdict in ("FAIL", "ERROR") else "pass", "probe": probe}

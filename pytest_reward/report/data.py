@@ -68,6 +68,7 @@ def report_data(result: RunResult, exitstatus: int = 0) -> dict[str, Any]:
             "exitstatus": exitstatus,
             "groups": groups,
             "comparison": comparison,
+            "probes": [p.to_dict() for p in result.probes],
         }
     )
     return data

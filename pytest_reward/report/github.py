@@ -45,6 +45,21 @@ def markdown_summary(result: RunResult, exitstatus: int = 0) -> str:
     if failures:
         lines += ["", "**Failed gates**", ""]
         lines += [f"- {_cell(f)}" for f in failures]
+    if result.probes:
+        lines += [
+            "",
+            "**Probes** (reward hacking: each mutates every response and checks the score against its rule)",
+            "",
+            "| function | samples | probe | rule | checked | broke | verdict |",
+            "| --- | --- | --- | --- | ---: | ---: | --- |",
+        ]
+        for p in result.probes:
+            badge = {"PASS": "✅ PASS", "FAIL": "❌ FAIL", "ERROR": "❌ ERROR"}.get(p.verdict, p.verdict)
+            broke = str(p.broken) if p.verdict in ("PASS", "FAIL") else "–"
+            lines.append(
+                f"| `{_cell(p.function)}` | `{_cell(p.file)}` | `{_cell(p.probe)}` | `{_cell(p.rule)}` | "
+                f"{p.checked} | {broke} | {badge} |"
+            )
     if result.comparisons:
         lines += [
             "",

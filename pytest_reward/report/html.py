@@ -15,6 +15,9 @@ Markup the text filter works on (stable, tests and users may rely on it):
 * ``<section class="group" data-label="FUNCTION FILE">``: hidden when neither its label nor any of its rows
   match; its line in the overview table (``<tr class="overview-row" data-group="g-N">``) is hidden with it.
 * ``<span id="filter-count">``: ``"X of Y samples shown"`` (``sample-row`` only).
+* ``<section id="probes">``: the reward-hacking probes, one ``<tr class="probe-row" data-verdict="V">`` each in its
+  table, and per probe that broke its rule (or reports, ``info``) a ``<details class="probe">`` with its
+  counter-examples (not filtered).
 
 Histogram bars: ``<rect class="bar" data-count="N">`` (one per bin, then one ``bar err`` for errored samples),
 each with a ``<title>``; per group the counts sum to ``summary.n``.
@@ -722,6 +725,76 @@ def _group(i: int, group: dict[str, Any], run_failures: list[str]) -> tuple[str,
     return section, n_rows
 
 
+def _probes(probes: list[Any]) -> str:
+    """The probes section: one row per function × file × probe, then the counter-examples of those that broke
+    their rule (or, for an ``info`` probe, the mutated responses that pass)."""
+    probes = [p for p in probes if isinstance(p, dict)]
+    if not probes:
+        return ""
+    rows = []
+    for p in probes:
+        verdict = str(p.get("verdict"))
+        broke = _fmt(p.get("broken")) if verdict in ("PASS", "FAIL") else "–"
+        means = "–"
+        if p.get("mean_mutated") is not None:
+            means = f"{_fmt(p.get('mean_original'))} → {_fmt(p.get('mean_mutated'))}"
+        rows.append(
+            f'<tr class="probe-row" data-verdict="{_esc(verdict)}"><td>{_esc(p.get("function"))}</td>'
+            f'<td class="mono">{_esc(p.get("file"))}</td><td class="mono">{_esc(p.get("probe"))}</td>'
+            f'<td class="mono">{_esc(p.get("rule"))}</td><td class="num">{_esc(_fmt(p.get("checked")))}</td>'
+            f'<td class="num">{_esc(broke)}</td><td class="num">{_esc(means)}</td><td>{_badge(verdict)}</td>'
+            f"<td>{_esc(p.get('note') or p.get('doc') or '')}</td></tr>"
+        )
+    head = [
+        "function",
+        "samples",
+        "probe",
+        "rule",
+        ">checked",
+        ">broke",
+        ">mean own → probed",
+        "verdict",
+        "why",
+    ]
+    out = [
+        '<section id="probes"><h3>Probes</h3>',
+        _table(head, rows),
+        '<p class="muted">each probe mutates every response of the samples and scores the mutation as the samples '
+        "are scored; floor: the lower of 0 and the lowest score of the samples' own responses</p>",
+    ]
+    for p in probes:
+        examples = [e for e in _list(p.get("examples")) if isinstance(e, dict)]
+        if not examples and not p.get("crashes"):
+            continue
+        summary = (
+            f"{_badge(p.get('verdict'))} <b>{_esc(p.get('probe'))}</b> "
+            f'<span class="muted">of</span> {_esc(p.get("function"))} <span class="muted">on</span> '
+            f'<span class="mono">{_esc(p.get("file"))}</span> <span class="muted">rule</span> '
+            f"<code>{_esc(p.get('rule'))}</code> · {_esc(_fmt(p.get('broken')))} of {_esc(_fmt(p.get('checked')))} broke it"
+        )
+        crashes = "".join(f'<li class="err">{_esc(c)}</li>' for c in _list(p.get("crashes")))
+        ex_rows = [
+            f'<tr><td class="mono">{_esc(p.get("file"))}:{_esc(e.get("line"))} [{_esc(e.get("id"))}]</td>'
+            f'<td>{_text_block(e.get("original"))}</td><td class="num">{_esc(_g(e.get("original_score")))}</td>'
+            f'<td>{_text_block(e.get("mutated"))}</td><td class="num">{_esc(_g(e.get("score")))}</td>'
+            f"<td>{_esc(e.get('problem'))}</td><td>{_text_block(e.get('reason'))}</td></tr>"
+            for e in examples
+        ]
+        out.append(
+            f'<details class="probe"><summary>{summary}</summary>'
+            f'<p class="muted">{_esc(p.get("doc") or "")}</p>'
+            + (f'<ul class="fails">{crashes}</ul>' if crashes else "")
+            + (
+                _table(["sample", "original", ">score", "mutated", ">score", "problem", "reason"], ex_rows)
+                if ex_rows
+                else ""
+            )
+            + "</details>"
+        )
+    out.append("</section>")
+    return "".join(out)
+
+
 def render_html(data: dict[str, Any]) -> str:
     """The report page for ``data`` (the content of ``summary.json``), as one self-contained HTML string."""
     data = _dict(data)
@@ -748,6 +821,7 @@ def render_html(data: dict[str, Any]) -> str:
         + _meta(data)
         + (_overview(groups) if groups else '<p class="muted">no reward groups in this run</p>')
         + _run_comparison(run_cmp)
+        + _probes(_list(data.get("probes")))
         + "".join(sections)
         + f"</main><script>{_SCRIPT}</script></body></html>\n"
     )

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..outputs import Written
-    from ..run import GroupResult, RunResult
+    from ..run import GroupResult, ProbeResult, RunResult
 
-__all__ = ["render_table", "write_summary"]
+__all__ = ["render_probes", "render_table", "write_summary"]
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
@@ -102,7 +102,7 @@ def write_summary(tr: Any, result: RunResult, written: Written, *, dist: str = "
     unevaluated = [(r, g) for r in reports for g in r.gates if not g.evaluated]
     if verbosity >= -1:
         tr.write_sep("=", "reward summary", bold=True)
-    if verbosity >= 0:
+    if verbosity >= 0 and reports:
         tr.write(render_table(reports, markup=markup, width=_terminal_width()))
         method = next((r.summary.mean_ci["method"] for r in reports if r.summary.mean_ci), None)
         if method:
@@ -134,6 +134,8 @@ def write_summary(tr: Any, result: RunResult, written: Written, *, dist: str = "
                     "reward: with --dist load, workers roll out the chunks their own items need (a chunk may be "
                     "rolled out by several); --dist loadfile keeps each samples file on one worker"
                 )
+    if result.probes:
+        write_probes(tr, result.probes, verbosity, markup)
     if result.comparisons and verbosity >= -1:
         tr.write(
             render_comparison(
@@ -170,6 +172,73 @@ def write_summary(tr: Any, result: RunResult, written: Written, *, dist: str = "
         tr.write_line(f"reward: stored this run as {written.saved_path}")
     for path in written.report_paths:
         tr.write_line(f"reward: wrote {path}")
+
+
+def render_probes(probes: Sequence[ProbeResult], *, markup: bool, width: int) -> str:
+    """The probes table: one row per reward function × samples file × probe."""
+    from rich import box
+    from rich.table import Table
+
+    console = _console(markup, width)
+    table = Table(box=box.SIMPLE_HEAD if markup else box.ASCII2, show_edge=False, pad_edge=False)
+    table.add_column("function", no_wrap=True)
+    table.add_column("samples", no_wrap=True)
+    table.add_column("probe", no_wrap=True)
+    table.add_column("rule", no_wrap=True)
+    for name in ("checked", "broke", "mean own → probed"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("verdict", no_wrap=True)
+    for p in probes:
+        means = "–" if p.mean_mutated is None else f"{_fmt(p.mean_original)} → {_fmt(p.mean_mutated)}"
+        broke = "–" if p.verdict in ("INFO", "SKIP", "ERROR") else str(p.broken)
+        table.add_row(
+            p.function,
+            p.file,
+            p.probe,
+            p.rule,
+            str(p.checked),
+            broke,
+            means,
+            f"[{_verdict_style(p.verdict)}]{p.verdict}[/]",
+        )
+    if console.measure(table, options=console.options.update_width(100_000)).maximum > width:
+        return "".join(
+            f"{p.verdict:<7} probe {p.probe} of {p.function} on {p.file} ({p.rule}): {p.checked} checked"
+            + (f", {p.broken} broke the rule\n" if p.verdict in ("PASS", "FAIL") else "\n")
+            for p in probes
+        )
+    console.print(table)
+    return console.file.getvalue()  # type: ignore[no-any-return]
+
+
+def _probe_line(p: ProbeResult) -> str:
+    if p.verdict == "ERROR":
+        return f"the item ended without a verdict ({p.crashes[0] if p.crashes else 'no reason'})"
+    if p.verdict in ("SKIP", "INFO"):
+        return p.note
+    text = f'{p.broken} of {p.checked} mutated responses break "{p.rule}"'
+    if p.examples:
+        e = p.examples[0]
+        mutated = " ".join(e.mutated.split())
+        mutated = mutated if len(mutated) <= 60 else mutated[:59] + "…"
+        text += f" (e.g. {p.file}:{e.line}: {mutated!r}: {e.problem})"
+    return text
+
+
+def write_probes(tr: Any, probes: Sequence[ProbeResult], verbosity: int, markup: bool) -> None:
+    """The probes section: the table (default verbosity), then one line per probe that failed, errored, was
+    skipped or reports (``info``); ``-q`` keeps the lines, ``-qq`` only the failures."""
+    if verbosity >= 0:
+        tr.write_sep("-", "reward probes")
+        tr.write(render_probes(probes, markup=markup, width=_terminal_width()))
+    for p in probes:
+        where = f"probe {p.probe} of {p.function} on {p.file}: {_probe_line(p)}"
+        if p.verdict in ("FAIL", "ERROR"):
+            tr.write_line(f"{p.verdict} {where}", red=True, bold=True)
+        elif verbosity >= -1 and p.verdict == "INFO":
+            tr.write_line(f"INFO {where}", cyan=True)
+        elif verbosity >= -1 and p.verdict == "SKIP":
+            tr.write_line(f"SKIP {where}", yellow=True)
 
 
 def _console(markup: bool, width: int) -> Any:

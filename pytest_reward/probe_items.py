@@ -1,0 +1,480 @@
+"""Probe items: one reward function × one reward-hacking probe × one samples file (:mod:`pytest_reward.probes`).
+
+For each sample with a response the item builds the mutated response, scores it through the function's
+:class:`~pytest_reward.scoring.Invoker` and the session's executor (``--reward-executor``) — the path the samples
+take: ``--reward-runs``, timeouts, private copies of the inputs, batch mode, ``--reward-workers``, worker processes or
+Ray, and the verdict logic are the same — and checks the probe's rule.
+The rule needs what the function gives the samples' *own* responses (the floor, the original score of each sample):
+those are scored once per process by a :class:`ProbeTarget` that the function's probe items share, apart from the
+sample items, so a probe never changes a real sample's score and never counts in its group. In ``file``
+granularity the target streams the file twice (the original scores first, kept as one float per sample; then the
+mutations), so memory stays flat.
+
+A failing item lists the counter-examples: the original response and the mutated one, both scores, the rule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from array import array
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from .call import describe_exception
+from .executors import RewardExecutorWarning, ShipError
+from .failure import RewardFailure, RewardRepr, user_frames
+from .items import apply_marks
+from .probes import (
+    Probe,
+    ProbeRegistry,
+    ProbeSample,
+    Rule,
+    floor_of,
+    passes,
+    response_text,
+    with_response_text,
+)
+from .pytest_private import TerminalRepr, skip_at_item
+from .results import PASS
+from .samples import Sample, iter_samples
+from .scoring import Invoker
+from .session import REWARD_DATA, RewardSession
+from .wire import probe_data
+
+if TYPE_CHECKING:
+    from .discovery import RewardFn
+
+__all__ = ["PROBES_KEY", "ProbeItem", "ProbeRun", "ProbeTarget", "run_probe", "session_probes"]
+
+PROBES_KEY = pytest.StashKey[ProbeRegistry]()
+#: Counter-examples an item keeps (and its report carries); the failure shows the first few.
+EXAMPLES_KEPT = 20
+EXAMPLES_SHOWN = 5
+#: Characters of a response a counter-example keeps.
+EXCERPT = 500
+
+
+def session_probes(config: pytest.Config) -> ProbeRegistry:
+    """The probes this process knows: built-ins, ``@pytest_reward.probe`` ones, and the ``pytest_reward_probes``
+    hook's (called once, on first use)."""
+    registry = config.stash.get(PROBES_KEY, None)
+    if registry is None:
+        registry = ProbeRegistry()
+        config.hook.pytest_reward_probes(probes=registry, config=config)
+        config.stash[PROBES_KEY] = registry
+    return registry
+
+
+# --- the samples a probe sees, and what their own responses score -----------------------------------------------
+
+
+@dataclass
+class Originals:
+    """What the function gives the samples' own responses, aligned with :meth:`ProbeTarget.answered`."""
+
+    scores: array = field(default_factory=lambda: array("d"))
+    """One per sample; NaN: no valid score (an error, an invalid result)."""
+    verdict_pass: bytearray = field(default_factory=bytearray)
+    floor: float = 0.0
+    ceiling: float | None = None
+
+    def score(self, index: int) -> float | None:
+        value = self.scores[index]
+        return None if math.isnan(value) else value
+
+
+class ProbeTarget:
+    """One reward function on one samples file, as its probes see it: the samples whose conversation ends with an
+    assistant turn of text, and what the function scores their own responses (scored once per process, on first
+    use, shared by the function's probe items of this file)."""
+
+    SEGMENT = 4096
+    """Samples scored per round in ``file`` granularity (memory stays flat)."""
+
+    def __init__(
+        self, fn: RewardFn, label: str, path: Path, rs: RewardSession, samples: list[Sample] | None = None
+    ) -> None:
+        self.fn = fn
+        self.label = label
+        self.path = path
+        self.rs = rs
+        self.settings = rs.settings
+        self.samples = samples
+        """The file's samples (``sample`` granularity: read at collection); None: stream the file."""
+        self.invoker = Invoker(fn, label, runs=self.settings.runs, timeout=self.settings.timeout)
+        self.invoker.light = True  # no keys nor excerpts: a probe keeps its own texts
+        self.notes: list[str] = []
+        """What the executor had to say (a worker died, a chunk was retried): the next item warns."""
+        self._originals: Originals | None = None
+
+    def answered(self) -> Iterator[tuple[Sample, str]]:
+        """Every sample with a response, and the response's text, in file order."""
+        if self.samples is not None:
+            records: Any = self.samples
+        else:
+            records = iter_samples(self.path, max_line_bytes=self.settings.max_line_bytes, keys=False)
+        for record in records:
+            if isinstance(record, Sample) and record.messages is not None:
+                text = response_text(record.messages)
+                if text is not None:
+                    yield record, text
+
+    def segments(self) -> Iterator[list[tuple[int, Sample, str]]]:
+        """:meth:`answered` numbered, in lists of at most :attr:`SEGMENT`."""
+        block: list[tuple[int, Sample, str]] = []
+        for index, (sample, text) in enumerate(self.answered()):
+            block.append((index, sample, text))
+            if len(block) >= self.SEGMENT:
+                yield block
+                block = []
+        if block:
+            yield block
+
+    def score(self, samples: list[Sample]) -> Iterator[Any]:
+        """Outcomes of ``samples``, in order, scored as the function's items score theirs (the session's executor;
+        ``ShipError`` when its workers cannot load the function)."""
+        batch = max(1, self.settings.batch_size) if self.invoker.batch else None
+        return self.rs.executor.stream(
+            self.invoker,
+            samples,
+            segment=self.SEGMENT,
+            batch=batch,
+            rootdir=self.rs.config.rootpath,
+            notes=self.notes,
+        )
+
+    def originals(self) -> Originals:
+        if self._originals is None:
+            orig = Originals()
+            for block in self.segments():
+                for outcome in self.score([sample for _, sample, _ in block]):
+                    orig.scores.append(math.nan if outcome.score is None else outcome.score)
+                    orig.verdict_pass.append(outcome.verdict == PASS)
+            valid = [s for s in orig.scores if not math.isnan(s)]
+            orig.floor = floor_of(valid)
+            orig.ceiling = max(valid) if valid else None
+            self._originals = orig
+        return self._originals
+
+    def passes(self, score: float | None, verdict_pass: bool) -> bool:
+        orig = self.originals()
+        return passes(
+            score,
+            verdict_pass=verdict_pass,
+            threshold=self.fn.gates.threshold,
+            floor=orig.floor,
+            ceiling=orig.ceiling,
+        )
+
+
+# --- one probe on one target ------------------------------------------------------------------------------------
+
+
+def _cut(text: str | None) -> str | None:
+    if text is None or len(text) <= EXCERPT:
+        return text
+    return text[:EXCERPT] + f"… ({len(text)} characters)"
+
+
+@dataclass
+class ProbeRun:
+    """What one probe found on one target (the item's report data, :func:`pytest_reward.wire.probe_data`)."""
+
+    probe: Probe
+    rule: Rule
+    answered: int = 0
+    checked: int = 0
+    broken: int = 0
+    errors: int = 0
+    passing: int = 0
+    sum_original: float = 0.0
+    sum_mutated: float = 0.0
+    examples: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def not_applicable(self) -> int:
+        return self.answered - self.checked
+
+    def verdict(self) -> str:
+        if self.checked == 0:
+            return "SKIP"
+        if self.rule.kind == "info":
+            return "INFO"
+        return "FAIL" if self.broken else "PASS"
+
+    def note(self, target: ProbeTarget) -> str:
+        if self.answered == 0:
+            return f"no sample of {target.label} has a response to mutate"
+        if self.checked == 0:
+            needs = self.probe.needs or "something to mutate"
+            return f"the probe applies to none of the {self.answered} responses (it needs {needs})"
+        if self.rule.kind == "info":
+            what = "failing responses" if self.probe.name == "ground_truth_leak" else "mutated responses"
+            return f"{self.passing} of {self.checked} {what} pass after the mutation"
+        return ""
+
+
+def run_probe(target: ProbeTarget, probe: Probe, rule: Rule) -> ProbeRun:
+    """Mutate every response of ``target`` with ``probe``, score the mutations, check ``rule``. A mutation that
+    raises (a custom probe's bug) propagates; a reward that raises on a mutated response breaks the rule."""
+    orig = target.originals()
+    run = ProbeRun(probe, rule)
+    seed = target.settings.seed
+    for block in target.segments():
+        mutated: list[tuple[int, Sample, str, str]] = []
+        for index, sample, text in block:
+            run.answered += 1
+            original_score = orig.score(index)
+            view = ProbeSample(
+                text,
+                sample.messages or [],
+                ground_truth=sample.ground_truth if sample.has_ground_truth else None,
+                has_ground_truth=sample.has_ground_truth,
+                fields=sample.kwargs,
+                id=sample.id,
+                line=sample.line,
+                original_score=original_score,
+                original_passed=target.passes(original_score, bool(orig.verdict_pass[index])),
+                seed=f"{seed}:{probe.name}:{sample.line}",
+            )
+            new = probe.mutate(text, view)
+            if new is None:
+                continue
+            if not isinstance(new, str):
+                raise TypeError(
+                    f"probe {probe.name!r} ({probe.where}) returned {type(new).__name__}; "
+                    "a probe returns the mutated response (a str) or None"
+                )
+            mutated.append((index, sample, text, new))
+        variants = [
+            dataclasses.replace(sample, messages=with_response_text(sample.messages or [], new), expect=None)
+            for _, sample, _, new in mutated
+        ]
+        for (index, sample, text, new), outcome in zip(mutated, target.score(variants), strict=True):
+            _check(run, target, orig, index, sample, text, new, outcome)
+    return run
+
+
+def _check(
+    run: ProbeRun,
+    target: ProbeTarget,
+    orig: Originals,
+    index: int,
+    sample: Sample,
+    text: str,
+    new: str,
+    outcome: Any,
+) -> None:
+    run.checked += 1
+    original = orig.score(index)
+    run.sum_original += orig.floor if original is None else original
+    if outcome.error is not None:  # the reward raised (or timed out) on a response a policy can produce
+        run.errors += 1
+        run.sum_mutated += orig.floor
+        problem: str | None = "raised on the mutated response: " + outcome.error.splitlines()[0]
+        if run.rule.kind == "info":
+            _example(run, sample, text, new, original, None, problem, outcome.error)
+            return
+        score = None
+    else:
+        score = outcome.score
+        run.sum_mutated += orig.floor if score is None else score
+        passed = target.passes(score, outcome.verdict == PASS)
+        run.passing += passed
+        problem = run.rule.check(score, original, orig.floor, passed)
+        if run.rule.kind == "info" and passed:
+            _example(run, sample, text, new, original, score, f"passes ({score:.4g})", outcome.reason)
+    if problem is not None:
+        run.broken += 1
+        _example(run, sample, text, new, original, score, problem, outcome.error or outcome.reason)
+
+
+def _example(
+    run: ProbeRun,
+    sample: Sample,
+    text: str,
+    new: str,
+    original: float | None,
+    score: float | None,
+    problem: str,
+    reason: str | None,
+) -> None:
+    if len(run.examples) < EXAMPLES_KEPT:
+        run.examples.append(
+            {
+                "line": sample.line,
+                "id": sample.label,
+                "original": _cut(text),
+                "mutated": _cut(new),
+                "original_score": original,
+                "score": score,
+                "problem": problem,
+                "reason": _cut(reason),
+            }
+        )
+
+
+# --- the item --------------------------------------------------------------------------------------------------
+
+
+def _shown(text: str | None, width: int) -> str:
+    if text is None:
+        return "∅"
+    if not text.strip():
+        return repr(text)
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def _score(value: float | None) -> str:
+    return "invalid" if value is None else f"{value:.4g}"
+
+
+class ProbeItem(pytest.Item):
+    """One reward function × one probe × one samples file."""
+
+    @classmethod
+    def from_parent(cls, parent: pytest.Collector, **kw: Any) -> Any:  # type: ignore[override]
+        # As the sample items: the string node id, so that pytest >= 9.2's structured id matches --lf / --deselect.
+        kw.setdefault("nodeid", f"{parent.nodeid}::{kw['name']}")
+        return super().from_parent(parent, **kw)
+
+    def __init__(
+        self, *, target: ProbeTarget, probe: Probe, rule: Rule, order: int = 0, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.target = target
+        self.probe = probe
+        self.rule = rule
+        self.order = order
+        apply_marks(self, target.fn)
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        fn = self.target.fn
+        return fn.path, max(0, fn.lineno - 1), f"{self.name} ({fn.path.name}:{fn.lineno})"
+
+    def _data(self, verdict: str, run: ProbeRun | None = None, *, crash: str | None = None) -> dict[str, Any]:
+        target = self.target
+        orig = target._originals
+        data: dict[str, Any] = {
+            "function": target.fn.name,
+            "file": target.label,
+            "probe": self.probe.name,
+            "rule": self.rule.text,
+            "doc": self.probe.doc,
+            "threshold": target.fn.gates.threshold,
+            "floor": orig.floor if orig is not None else None,
+            "ceiling": orig.ceiling if orig is not None else None,
+            "crash": crash,
+            "order": self.order,
+        }
+        if run is not None:
+            data.update(
+                checked=run.checked,
+                broken=run.broken,
+                not_applicable=run.not_applicable,
+                errors=run.errors,
+                passing=run.passing,
+                mean_original=run.sum_original / run.checked if run.checked else None,
+                mean_mutated=run.sum_mutated / run.checked if run.checked else None,
+                note=run.note(target),
+                examples=run.examples,
+            )
+        return probe_data(verdict, **data)
+
+    def crash_data(self, reason: str) -> dict[str, Any]:
+        """The report data of this item when it ended without a verdict of its own (a crash, a setup error)."""
+        return self._data("ERROR", crash=reason)
+
+    def runtest(self) -> None:
+        __tracebackhide__ = True
+        try:
+            run = run_probe(self.target, self.probe, self.rule)
+        except ShipError as exc:
+            pytest.fail(str(exc), pytrace=False)
+        finally:
+            notes, self.target.notes[:] = list(self.target.notes), []
+            for (
+                note
+            ) in notes:  # workers that died and the chunks retried: the run survived, the user should know
+                warnings.warn(RewardExecutorWarning(note), stacklevel=1)
+        verdict = run.verdict()
+        self.stash[REWARD_DATA] = self._data(verdict, run)
+        self.user_properties.extend(
+            [
+                ("reward.probe.checked", run.checked),
+                ("reward.probe.broken", run.broken),
+                ("reward.verdict", verdict),
+            ]
+        )
+        if verdict == "SKIP":
+            raise skip_at_item(f"probe {self.probe.name}: {run.note(self.target)}")
+        if verdict == "FAIL":
+            raise RewardFailure(self._headline(run), self._details(run))
+
+    def _headline(self, run: ProbeRun) -> str:
+        target = self.target
+        return (
+            f"probe {self.probe.name}: {run.broken} of {run.checked} mutated responses break "
+            f'"{self.rule.text}" ({target.fn.name} on {target.label})'
+        )
+
+    def _rule_line(self) -> str:
+        target, rule = self.target, self.rule
+        orig = target.originals()
+        if rule.kind == "not pass":
+            threshold = target.fn.gates.threshold
+            if threshold is not None:
+                return f"not pass: the mutated response must score below the threshold {threshold:g}"
+            best = "" if orig.ceiling is None else f" and as high as the best sample's ({orig.ceiling:.4g})"
+            return f"not pass: no threshold, so a pass is a score above the floor{best}"
+        if rule.ref == "floor":
+            return f"{rule.text}: the mutated response must score at most the floor"
+        if rule.kind == "<=":
+            return f"{rule.text}: the mutated response must not score above the sample's own response"
+        return f"{rule.text}: the mutated response must score what the sample's own response scores"
+
+    def _details(self, run: ProbeRun) -> list[str]:
+        target = self.target
+        orig = target.originals()
+        width = 400 if self.config.get_verbosity() > 0 else 120
+        lines = [
+            f"  probe      {self.probe.name}: {self.probe.doc}",
+            f"  rule       {self._rule_line()}",
+            f"  floor      {orig.floor:.4g} (the lower of 0 and the lowest score of the samples' own responses)",
+            f"  checked    {run.checked} of {run.answered} responses"
+            + (f" ({run.not_applicable} left alone: nothing to mutate)" if run.not_applicable else "")
+            + (f"; the reward raised on {run.errors}" if run.errors else ""),
+        ]
+        for ex in run.examples[:EXAMPLES_SHOWN]:
+            lines.append(f"  {target.label}:{ex['line']} [{ex['id']}]  {ex['problem']}")
+            lines.append(f"    original  {_score(ex['original_score']):<7}  {_shown(ex['original'], width)}")
+            lines.append(f"    mutated   {_score(ex['score']):<7}  {_shown(ex['mutated'], width)}")
+            if ex["reason"]:
+                lines.append(f"    reason    {_shown(ex['reason'], width)}")
+        if run.broken > EXAMPLES_SHOWN:
+            lines.append(
+                f"  … and {run.broken - EXAMPLES_SHOWN} more (report.html and summary.json list {EXAMPLES_KEPT})"
+            )
+        return lines
+
+    def repr_failure(
+        self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None
+    ) -> str | TerminalRepr:
+        fn = self.target.fn
+        location = (str(fn.path), max(0, fn.lineno - 1))
+        if isinstance(excinfo.value, RewardFailure):
+            return RewardRepr(excinfo.value.headline, excinfo.value.details, None, location)
+        headline = f"probe {self.probe.name} on {fn.name}: {describe_exception(excinfo.value)}".splitlines()[
+            0
+        ]
+        inner = None
+        if len(user_frames(excinfo)):
+            inner = excinfo.getrepr(style="long", tbfilter=user_frames, truncate_locals=True)  # type: ignore[arg-type]
+        return RewardRepr(headline, [], inner, location)

@@ -242,13 +242,21 @@ class _Keys:
         self.seen: dict[str, int] = {}
 
     def __call__(self, item: Sample | SampleError) -> Sample | SampleError:
+        # What Sample.key and Sample.response_hash compute, inline: this runs once per line of a stored run.
         if type(item) is Sample:
+            messages = item.messages
+            last = messages[-1] if messages else None
+            if type(last) is dict and last.get("role") == "assistant":
+                text = _message_json(last) or _canonical(last)
+                item._response = _sha1(text, 12)
+            else:
+                item._response = None
             if item.id is None:
-                key = item.key
+                key = "q:" + _sha1(asked_json(item), 16)
                 n = self.seen[key] = self.seen.get(key, 0) + 1
-                if n > 1:
-                    item._key = f"{key}#{n}"
-            item.response_hash  # noqa: B018  (computed now: later a reward function may hold the messages)
+                item._key = key if n == 1 else f"{key}#{n}"
+            else:
+                item._key = f"id:{item.id}"
         return item
 
 

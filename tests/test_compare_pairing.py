@@ -95,7 +95,7 @@ def test_the_comparison_pairs_every_sample_and_counts_the_changed_responses(proj
     assert comp.group_mean_delta == comp.mean_delta  # the same samples on both sides
 
 
-def test_keys_are_the_same_in_every_granularity_and_under_xdist(project):
+def test_keys_are_the_same_in_every_granularity_executor_and_under_xdist(project):
     project.file("rewards.py", OVERLAP)
     rows = qa_rows()
     rows = [
@@ -111,13 +111,15 @@ def test_keys_are_the_same_in_every_granularity_and_under_xdist(project):
     project.run(*base, "--reward-granularity", "sample", "--reward-save=sample")
     project.run(*base, "--reward-granularity", "file", "--reward-save=file")
     project.run(*base, "--reward-granularity", "file", "--reward-workers", "3", "--reward-save=threads")
+    project.run(
+        *base, "--reward-granularity", "file", "--reward-executor", "process", "--reward-save=process"
+    )
     project.run_subprocess(
         *base, "--reward-granularity", "sample", "-n", "2", "-p", "xdist", "--reward-save=xdist"
     )
-    runs = {
-        name: stored(project, name)["groups"][0]["samples"] for name in ("sample", "file", "threads", "xdist")
-    }
-    assert runs["sample"] == runs["file"] == runs["threads"] == runs["xdist"]
+    names = ("sample", "file", "threads", "process", "xdist")
+    runs = {name: stored(project, name)["groups"][0]["samples"] for name in names}
+    assert runs["sample"] == runs["file"] == runs["threads"] == runs["process"] == runs["xdist"]
     by_line = {e["line"]: k for k, e in runs["sample"].items()}
     first, second, sixth = by_line[1], by_line[2], by_line[6]
     assert first.startswith("q:") and second == first + "#2" and sixth == first + "#3"
@@ -443,3 +445,20 @@ def test_duplicates_are_numbered_in_file_order(tmp_path):
     assert "#" not in keys[2]
     assert keys == [s.key for s in iter_samples(path)]  # the same on every read
     assert [s.key for s in iter_samples(path, keys=False)] == [""] * 5
+
+
+@given(
+    st.lists(MESSAGE, min_size=1, max_size=4),
+    st.sampled_from([{}, {"ground_truth": "x"}, {"id": "s1"}, {"lang": [1, {"a": None}]}]),
+)
+def test_keys_taken_while_reading_are_the_samples_own(messages, fields):
+    """iter_samples computes keys inline (one pass per line); a sample built elsewhere computes them lazily."""
+    import tempfile
+
+    record = {"messages": messages, **fields}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "s.jsonl"
+        path.write_text(json.dumps(record) + "\n")
+        (read,) = iter_samples(path)
+    built = sample(record)
+    assert (read.key, read.response_hash) == (built.key, built.response_hash)

@@ -9,7 +9,7 @@ PIP    := $(PY) -m pip install --quiet --disable-pip-version-check
 DEMO_STAMP := $(VENV)/.installed-demo
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: demo test test-clients lint bench clean venv
+.PHONY: demo test test-clients test-ray lint bench clean venv
 
 venv: $(TEST_STAMP)
 
@@ -38,6 +38,17 @@ test: $(TEST_STAMP)
 # registry into ~/.cache/pytest-reward/clients; deselected in `make test`. A failed install fails, never skips.
 test-clients: $(TEST_STAMP)
 	PYTEST_REWARD_CLIENTS=1 $(PY) -m pytest -m clients tests/deploy
+
+# --reward-executor ray's tests (a local Ray, pytest-xdist workers sharing it, a two-node cluster losing a node):
+# the ray extra (~240 MB) on top of the test install; deselected in `make test` (marker ray). Every Ray process
+# listens on 127.0.0.1 only and is killed by PID afterwards.
+RAY_STAMP := $(VENV)/.installed-ray
+$(RAY_STAMP): pyproject.toml | $(TEST_STAMP)
+	$(PIP) -e '.[dev,ray]'
+	@touch $@
+
+test-ray: $(TEST_STAMP) $(RAY_STAMP)
+	$(PY) -m pytest -m ray tests/test_executors_ray.py
 
 lint: $(TEST_STAMP)
 	$(PY) -m ruff check pytest_reward tests bench examples

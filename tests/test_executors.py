@@ -20,10 +20,14 @@ import pytest
 
 from .conftest import msgs
 
-# Four kinds of function: pointwise with metrics and ground truth, async, batch mode (whose scores depend on how
-# samples are batched: a changed batching changes the files), and one that raises on some samples.
+# Five kinds of function: pointwise with metrics and ground truth, async, batch mode (whose scores depend on how
+# samples are batched: a changed batching changes the files), one that raises on some samples, and one whose calls
+# on those samples outlast its timeout (marker timeout=).
 PROJECT = """
     import asyncio
+    import time
+
+    import pytest
     from pytest_reward import EvaluateResult, MetricResult, reward_function
 
     @reward_function
@@ -50,6 +54,13 @@ PROJECT = """
     def touchy(messages, **kwargs):
         if "boom" in messages[-1]["content"]:
             raise ValueError("boom in the answer")
+        return {"score": 1.0}
+
+    @pytest.mark.reward(timeout=0.3)
+    @reward_function
+    def patient(messages, ground_truth=None, **kwargs):
+        if messages[-1]["content"] == "boom" and ground_truth in ("5", "22"):
+            time.sleep(2)  # over the marker's timeout, wherever it runs
         return {"score": 1.0}
 """
 
@@ -118,18 +129,19 @@ def normalized_files(root: Path, report: str, save: str) -> dict[str, object]:
 def test_process_and_xdist_runs_write_the_files_of_an_in_process_run(project):
     make_project(project)
     reference = project.run(*run_args("out-thread", "thread"))
-    reference.assert_outcomes(
-        failed=8
-    )  # 4 functions x 2 files: each file has a bad line, a duplicate, a prompt
+    reference.assert_outcomes(failed=10)  # 5 functions x 2 files, each with a bad line, a duplicate, a prompt
     expected = normalized_files(project.path, "out-thread", "thread")
     assert '"id": "a3"' in expected["results.jsonl"] and '"verdict": "fail"' in expected["results.jsonl"]
+    assert (
+        expected["results.jsonl"].count("timed out after 0.3s") == 2 * 4
+    )  # a5, a22, b5, b22: error and failure
     for name, extra in [
         ("process", ["--reward-executor", "process", "--reward-workers", "2"]),
         ("process-n2", ["--reward-executor", "process", "--reward-workers", "2", "-n", "2"]),
         ("thread-workers", ["--reward-workers", "3"]),
     ]:
         result = project.run(*run_args(f"out-{name}", name), *extra)
-        result.assert_outcomes(failed=8)
+        result.assert_outcomes(failed=10)
         got = normalized_files(project.path, f"out-{name}", name)
         for file, text in expected.items():
             assert got[file] == text, f"{name}: {file} differs from the in-process run's"
@@ -141,8 +153,8 @@ def test_auto_granularity_means_file_items_with_worker_processes(project):
     result = project.run(
         "--reward-samples", "a.jsonl", "--reward-executor", "process", "--reward-workers", "1"
     )
-    # one item per function: exact, polite, batched, touchy
-    result.assert_outcomes(failed=4)
+    # one item per function: exact, polite, batched, touchy, patient
+    result.assert_outcomes(failed=5)
 
 
 DIES = """

@@ -182,7 +182,7 @@ def test_a_local_ray_writes_the_files_of_an_in_process_run_and_listens_on_loopba
         (project.path / "listeners.json").unlink(missing_ok=True)
         result = _run(project, env, *run_args(f"out-{name}", name), *extra)
         assert result.returncode == 1, result.stdout + result.stderr
-        assert "8 failed" in result.stdout, result.stdout
+        assert "10 failed" in result.stdout, result.stdout
         got = normalized_files(project.path, f"out-{name}", name)
         for file, text in expected.items():
             assert got[file] == text, f"{name}: {file} differs from the in-process run's"

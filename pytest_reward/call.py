@@ -185,11 +185,14 @@ def private_copy(value: Any) -> Any:
 
 
 def _copy_messages(messages: list[Any]) -> list[Any]:
-    # The hot path of a test run: a message is usually a dict of strings (copied in C); nested content (tool calls,
-    # multimodal parts) is copied too.
+    # The hot path of a test run: the usual message is {"role": str, "content": str}, copied in C; anything with
+    # nested lists or dicts (tool calls, multimodal parts) is copied all the way down.
     out = []
     for m in messages:
         if m.__class__ is dict:
+            if len(m) == 2 and m.get("content").__class__ is str:
+                out.append(m.copy())
+                continue
             c = m.copy()
             for k, v in m.items():
                 if v.__class__ is list or v.__class__ is dict:

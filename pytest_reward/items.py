@@ -21,7 +21,7 @@ from .errors import EvaluationError, InvalidResult, RewardTimeout
 from .executors import RewardExecutorWarning, ShipError
 from .failure import RewardFailure, RewardRepr, describe_outcome, user_frames
 from .pytest_private import TerminalRepr, structured_node_id
-from .results import FAIL, GroupAccumulator, SampleOutcome, bound_texts, row_json
+from .results import FAIL, TEXT_KEPT, GroupAccumulator, SampleOutcome, bound_texts, row_json
 from .samples import Sample, SampleError, iter_samples
 from .scoring import Invoker, error_outcome
 from .session import REWARD_DATA, RewardSession, session_key
@@ -396,7 +396,8 @@ class _FileRun:
                         rows.write("\n".join(pending) + "\n")
                         pending.clear()
                         pending_chars = 0
-                bound_texts(outcome)  # what is kept below (and the flaky list) holds bounded texts
+                if outcome.failures or outcome.metrics or (outcome.reason and len(outcome.reason) > TEXT_KEPT):
+                    bound_texts(outcome)  # what is kept below (and the flaky list) holds bounded texts
                 if record is not None:
                     record.add(outcome)
                 if outcome.verdict == FAIL:

@@ -91,6 +91,13 @@ class Invoker:
 
     def check_inputs(self, kwargs: dict[str, Any], sample: Sample) -> None:
         """Fail the sample when the function changed its inputs in place (its own copies: nothing else saw it)."""
+        messages = sample.messages
+        if (
+            kwargs["messages"] == (messages if messages is not None else [])
+            and not sample.kwargs
+            and kwargs.get("ground_truth").__class__ not in (list, dict)
+        ):
+            return  # the usual sample, unchanged (the full check below is for fields and structured truths)
         changed = self.reward.changed_inputs(
             kwargs,
             sample.messages,

@@ -297,3 +297,59 @@ def _drop_durations(value: object) -> object:
     if isinstance(value, list):
         return [_drop_durations(v) for v in value]
     return value
+
+
+SLOW = """
+import os, pathlib, time
+from pytest_reward import reward_function
+
+MARKS = pathlib.Path({marks!r})
+
+@reward_function
+def slow(messages, **kwargs):
+    MARKS.mkdir(exist_ok=True)
+    (MARKS / str(os.getpid())).touch()
+    time.sleep(0.2)
+    return {{"score": 1.0}}
+"""
+
+
+def test_ctrl_c_cancels_the_ray_tasks_and_stops_the_local_ray(project, ray_tmp):
+    marks = project.path / "marks"
+    project.file("rewards.py", SLOW.format(marks=str(marks)))
+    project.jsonl("s.jsonl", [{"id": f"s{i}", "messages": msgs("q", "a")} for i in range(2000)])
+    run = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--reward-samples", "s.jsonl",
+         "--reward-executor", "ray", "--reward-workers", "2"],
+        cwd=project.path, env=_ray_env(ray_tmp), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and len(list(marks.glob("*")) if marks.exists() else []) < 2:
+            assert run.poll() is None, run.stdout.read() if run.stdout else ""
+            time.sleep(0.1)
+        workers = {int(p.name) for p in marks.glob("*")}
+        assert len(workers) == 2, "both Ray workers should be scoring by now"
+        run.send_signal(signal.SIGINT)
+        out, _ = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode == pytest.ExitCode.INTERRUPTED, out
+    assert "KeyboardInterrupt" in out
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (
+        _processes_naming(str(ray_tmp)) or any(_alive(p) for p in workers)
+    ):
+        time.sleep(0.2)
+    assert not _processes_naming(str(ray_tmp)), "the run's Ray outlived it"
+    assert not any(_alive(p) for p in workers)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"

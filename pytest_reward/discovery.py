@@ -27,6 +27,7 @@ import fnmatch
 import importlib
 import importlib.util
 import inspect
+import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from .spec import RewardSpec
 
 __all__ = [
+    "BUNDLE_FORMAT",
     "DiscoveryError",
     "Registry",
     "RewardFn",
@@ -51,6 +53,7 @@ __all__ = [
     "import_reward_module",
     "marks_of",
     "package_base",
+    "written_by_plugin",
 ]
 
 
@@ -141,6 +144,55 @@ def _is_relative_to(path: Path, parent: Path) -> bool:
     return True
 
 
+# --- what the plugin wrote ------------------------------------------------------------------------------------
+
+#: The ``format`` of a deploy bundle's ``manifest.json`` (``pytest_reward.deploy.runtime`` reads bundles by it).
+BUNDLE_FORMAT = "pytest-reward-bundle"
+#: Every JSON file the plugin writes names its ``format`` with this prefix (bundles: ``manifest.json``; reports:
+#: ``summary.json``); a directory holding such a file is the plugin's output.
+_FORMAT_PREFIX = "pytest-reward-"
+_STAMPED = ("manifest.json", "summary.json")
+_STAMP_LIMIT = 64 * 1024 * 1024
+
+
+def _stamped(directory: Path) -> bool:
+    for name in _STAMPED:
+        path = directory / name
+        try:
+            if not path.is_file() or path.stat().st_size > _STAMP_LIMIT:
+                continue
+            data = json.loads(path.read_bytes())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and str(data.get("format", "")).startswith(_FORMAT_PREFIX):
+            return True
+    return False
+
+
+def written_by_plugin(directory: Path, owned: Iterable[Path | None] = (), rootdir: Path | None = None) -> bool:
+    """Whether ``directory`` is something the plugin wrote, never to be collected or bundled again.
+
+    * A deploy bundle or its package, and a report directory: they hold a ``manifest.json`` / ``summary.json``
+      whose ``format`` is ``pytest-reward-*``. They are recognised wherever they are, whichever run wrote them: a
+      bundle deployed with ``dir:deploy`` stays out of the runs that deploy elsewhere.
+    * One of the ``owned`` directories of this run (the storage directory of stored runs, the report directory). An
+      owned directory that is the ``rootdir`` or holds it is not skipped: that would skip everything.
+
+    A ``dir:`` deploy target is recognised by the bundles inside it, not by name: a target that also holds the
+    project's own files (``dir:tests``) keeps them collected."""
+    if _stamped(directory):
+        return True
+    resolved = None
+    for path in owned:
+        if path is None:
+            continue
+        resolved = resolved or directory.resolve()
+        owned_dir = path.resolve()
+        if resolved == owned_dir and (rootdir is None or not _is_relative_to(rootdir.resolve(), owned_dir)):
+            return True
+    return False
+
+
 # --- walking ----------------------------------------------------------------------------------------------
 
 
@@ -148,8 +200,14 @@ def _in_venv(path: Path) -> bool:
     return (path / "pyvenv.cfg").is_file() or (path / "conda-meta" / "history").is_file()
 
 
-def walk_files(roots: Iterable[Path], norecursedirs: Sequence[str]) -> Iterator[Path]:
-    """Files under ``roots`` in sorted order, pruning like pytest does (``norecursedirs``, virtualenvs)."""
+def walk_files(
+    roots: Iterable[Path],
+    norecursedirs: Sequence[str],
+    owned: Sequence[Path] = (),
+    rootdir: Path | None = None,
+) -> Iterator[Path]:
+    """Files under ``roots`` in sorted order, pruning like pytest does (``norecursedirs``, virtualenvs) and never
+    entering what the plugin wrote (:func:`written_by_plugin`: deploy bundles, ``owned`` directories)."""
     seen: set[Path] = set()
 
     def walk(directory: Path) -> Iterator[Path]:
@@ -170,7 +228,7 @@ def walk_files(roots: Iterable[Path], norecursedirs: Sequence[str]) -> Iterator[
             if entry.name == "__pycache__" or any(fnmatch.fnmatch(entry.name, pat) for pat in norecursedirs):
                 continue
             sub = Path(entry.path)
-            if _in_venv(sub):
+            if _in_venv(sub) or written_by_plugin(sub, owned, rootdir):
                 continue
             yield from walk(sub)
 
@@ -307,6 +365,8 @@ class DiscoveryOptions:
     invocation_dir: Path
     test_modules: bool = True
     """Search test modules too (off for the light discovery of runs that did not ask for reward testing)."""
+    owned_dirs: tuple[Path, ...] = ()
+    """Directories the plugin owns (stored runs, the report): never searched (:func:`written_by_plugin`)."""
 
 
 def _load_fn_spec(spec: str, opts: DiscoveryOptions, config: Any) -> tuple[Any, ModuleType | None]:
@@ -486,7 +546,7 @@ def discover(opts: DiscoveryOptions, config: Any = None) -> Registry:
         return registry
 
     registry.looked_in = [str(r) for r in opts.roots]
-    for path in walk_files(opts.roots, opts.norecursedirs):
+    for path in walk_files(opts.roots, opts.norecursedirs, opts.owned_dirs, opts.rootdir):
         if path.suffix != ".py" or path.name == "conftest.py":
             continue
         # A test module is always imported the way pytest imports it, even if it also matches reward_modules.

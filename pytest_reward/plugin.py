@@ -139,6 +139,12 @@ def pytest_collection_modifyitems(
             raise pytest.UsageError(f"{item.nodeid}: {MODEL_MISSING}")
 
 
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Deploy bundles, stored runs and reports are the plugin's output, never tests."""
+    rs = _state(config)
+    return True if rs is not None and rs.wrote(collection_path) else None
+
+
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
     if file_path.suffix != ".jsonl":
         return None

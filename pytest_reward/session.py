@@ -52,6 +52,18 @@ class RewardSession:
                 self.explicit_files.add(path.resolve())
 
     @property
+    def owned_dirs(self) -> tuple[Path, ...]:
+        """Directories the plugin owns (stored runs, the report): never collected (nor deploy bundles, wherever they
+        are: ``discovery.written_by_plugin``)."""
+        return tuple(p for p in (self.settings.storage, self.settings.report_dir) if p is not None)
+
+    def wrote(self, path: Path) -> bool:
+        """Whether ``path`` is a directory the plugin wrote (pytest must not collect it)."""
+        from .discovery import written_by_plugin
+
+        return path.is_dir() and written_by_plugin(path, self.owned_dirs, self.config.rootpath)
+
+    @property
     def active(self) -> bool:
         """Reward testing was asked for (options, ini, or a ``.jsonl`` path argument)."""
         return self.settings.active or bool(self.explicit_files)
@@ -93,6 +105,7 @@ class RewardSession:
             defaults=self.settings.defaults,
             invocation_dir=config.invocation_params.dir,
             test_modules=not light,
+            owned_dirs=self.owned_dirs,
         )
         self.registry = discover(opts, config)
         if not light and self.settings.executor == "process" and self._runs_items():

@@ -4,7 +4,10 @@ What goes in (see ``runtime.py`` for the layout and how it loads):
 
 * a frozen copy of each reward function's module and of the project-local modules it imports (found with
   ``modulefinder`` on the project's own directories only; stdlib and installed packages are requirements, not
-  copies), with the ``__init__.py`` files of their packages, plus files matched by ini ``reward_bundle_include``;
+  copies), with the ``__init__.py`` files of their packages, plus files matched by ini ``reward_bundle_include``
+  (checked when pytest starts: no absolute path, no ``..``). A file is frozen with the bytes it really has (a
+  symlink's target); a reward module outside the project comes with the modules beside it (:class:`_Freezer`).
+  Nothing the plugin wrote is ever frozen: deploy bundles, stored runs, reports (``discovery.written_by_plugin``);
 * ``requirements.txt``: every ``@reward_function(requirements=[...])``, the project's ``requirements.txt`` if it
   has one, and ``pytest-reward`` itself (the frozen modules import it);
 * ``manifest.json``: functions and how to import them, entry points of the adapters, the test evidence (per
@@ -16,6 +19,7 @@ What goes in (see ``runtime.py`` for the layout and how it loads):
   (``custom_rm``), ``serve.py`` / ``__main__.py`` (``python -m <bundle>`` serves it over HTTP).
 
 Adapter files locate the bundle from their own path, so trainers that load a file by path (verl, OpenRLHF) work.
+Before a bundle ships, the deploy step imports it in a fresh interpreter (``verify.check_imports``).
 """
 
 from __future__ import annotations
@@ -30,20 +34,22 @@ import os
 import re
 import shutil
 import sys
+import sysconfig
 import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath, PureWindowsPath
 from typing import TYPE_CHECKING, Any
 
 from ..atomic import atomic_open, atomic_write_text
-from ..discovery import package_base
+from ..discovery import package_base, written_by_plugin
+from ..errors import BundleError
 from .runtime import BUNDLE_FORMAT, BUNDLE_VERSION, NAME_RE
 
 if TYPE_CHECKING:
     from ..discovery import RewardFn
 
-__all__ = ["BuiltBundle", "BundleSpec", "build_bundle", "bundle_name_for"]
+__all__ = ["BuiltBundle", "BundleSpec", "build_bundle", "bundle_name_for", "check_include"]
 
 _EXCLUDED_PARTS = {".git", ".venv", "venv", "site-packages", "__pycache__", ".tox", ".nox", "node_modules"}
 
@@ -61,6 +67,8 @@ class BundleSpec:
     meta: dict[str, Any] = field(default_factory=dict)
     include: tuple[str, ...] = ()
     plugin_version: str = ""
+    owned: tuple[Path, ...] = ()
+    """Directories the plugin owns (stored runs, the report): nothing in them is bundled."""
 
 
 @dataclass
@@ -81,8 +89,10 @@ class BuiltBundle:
     def content_hash(self) -> str:
         return str(self.manifest["content_hash"])
 
-    def describe(self) -> list[str]:
-        lines = [f"bundle {self.name} {self.version} ({self.directory})"]
+    def describe(self, location: str | None = None) -> list[str]:
+        """What the bundle holds, for the deploy summary; ``location``: where it now is (a built bundle's own
+        directory is a staging directory, removed when the deploy step ends, so it is never shown)."""
+        lines = [f"bundle {self.name} {self.version}" + (f" ({location})" if location else "")]
         for fn in self.manifest["functions"]:
             files = ", ".join(
                 f"{e['samples']} n={e['n']} mean={_fmt(e.get('mean'))}" for e in fn.get("evidence", [])
@@ -112,36 +122,194 @@ def _sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _inside(path: Path, root: Path) -> bool:
+def check_include(patterns: tuple[str, ...] | list[str]) -> None:
+    """``BundleError`` naming the first ini ``reward_bundle_include`` pattern that cannot select project files: an
+    absolute path, a ``..`` component, an empty pattern, or a ``**`` that is not a whole path component."""
+    for pattern in patterns:
+        where = f"ini reward_bundle_include: pattern {pattern!r}"
+        parts = PurePath(pattern).parts
+        if not pattern.strip():
+            raise BundleError(f"{where} is empty")
+        if PurePath(pattern).is_absolute() or PureWindowsPath(pattern).anchor:
+            raise BundleError(
+                f"{where} is an absolute path; patterns are relative to the rootdir (data/*.json)"
+            )
+        if ".." in parts:
+            raise BundleError(f"{where} leaves the rootdir ('..'); a bundle holds project files only")
+        if any("**" in part and part != "**" for part in parts):
+            raise BundleError(f"{where} has '**' inside a path component; '**' must be a whole one (data/**/*.json)")
+
+
+def _installed(path: Path) -> bool:
+    """Part of the Python installation or an installed package (a requirement, never a frozen copy)."""
+    parts = set(path.parts)
+    if parts & {"site-packages", "dist-packages"}:
+        return True
+    paths = sysconfig.get_paths()
+    return any(
+        _is_under(path, Path(paths[key]).resolve()) for key in ("stdlib", "platstdlib") if key in paths
+    )
+
+
+def _is_under(path: Path, directory: Path) -> bool:
     try:
-        rel = path.resolve().relative_to(root.resolve())
+        path.relative_to(directory)
     except ValueError:
         return False
-    return not (set(rel.parts) & _EXCLUDED_PARTS)
+    return True
 
 
-def _package_inits(path: Path, root: Path) -> list[Path]:
-    inits = []
-    directory = path.parent
-    while (directory / "__init__.py").is_file() and _inside(directory, root):
-        inits.append(directory / "__init__.py")
-        directory = directory.parent
-    return inits
+def _dotted(relative: PurePath) -> str:
+    parts = list(relative.with_suffix("").parts)
+    if parts and parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
 
 
-def _local_imports(module_file: Path, root: Path, search: list[Path]) -> list[Path]:
-    """Project-local modules imported (transitively) by ``module_file``."""
-    finder = modulefinder.ModuleFinder(path=[str(p) for p in search])
-    try:
-        finder.run_script(str(module_file))
-    except (SyntaxError, ImportError, OSError):
-        return []
-    out = []
-    for mod in finder.modules.values():
-        file = getattr(mod, "__file__", None)
-        if file and file.endswith(".py") and _inside(Path(file), root):
-            out.append(Path(file).resolve())
-    return out
+class _Freezer:
+    """The files of a bundle's ``src/``: every module a reward function imports, placed where the bundle imports it
+    the way the test run did, holding the bytes of the file it really is (a symlink's target).
+
+    * A project file is frozen at its path in the project as the import found it (``src/metrics/main.py``, even
+      when ``metrics`` is a symlink to a directory outside the project), with the ``__init__.py`` of its packages;
+      ``src`` and each reward module's package base (what pytest's prepend mode put on ``sys.path``) are the
+      bundle's ``sys_path``.
+    * A reward module whose file lies outside the project (a symlinked file, ``--reward-fn /elsewhere/x.py::f``) is
+      frozen under ``src/_external/<n>/`` at its module name (``_pytest_reward_ext/shared/rewards.py``), with the
+      modules its directory provides (``words.py`` beside it), and that directory is on the bundle's ``sys_path``.
+    * Installed packages and the standard library are requirements, never copies.
+    * Nothing the plugin wrote is frozen (``discovery.written_by_plugin``: deploy bundles, stored runs, reports); a
+      reward module or an import found there refuses the deploy with the path.
+    """
+
+    def __init__(self, root: Path, owned: tuple[Path, ...]) -> None:
+        self.roots = list(dict.fromkeys([Path(os.path.abspath(root)), root.resolve()]))
+        self.root = self.roots[-1]
+        self.owned = owned
+        self.files: dict[str, bytes] = {}
+        self.origin: dict[str, Path] = {}
+        self.sys_path: dict[str, None] = {}
+        self.external: dict[Path, str] = {}
+
+    # -- where a file is ---------------------------------------------------------------------------------------
+
+    def project_path(self, path: Path) -> PurePath | None:
+        """``path`` relative to the project as the import found it (symlinks not followed), or None outside it or
+        in a virtualenv, ``.git``, ``__pycache__`` ...."""
+        absolute = Path(os.path.abspath(path))
+        for root in self.roots:
+            try:
+                relative = absolute.relative_to(root)
+            except ValueError:
+                continue
+            return None if set(relative.parts) & _EXCLUDED_PARTS else relative
+        return None
+
+    def written_by_plugin(self, relative: PurePath) -> Path | None:
+        """The directory the plugin wrote that holds the project file ``relative``, if any."""
+        directory = self.root
+        for part in relative.parts[:-1]:
+            directory = directory / part
+            if written_by_plugin(directory, self.owned, self.root):
+                return directory
+        return None
+
+    # -- adding files ------------------------------------------------------------------------------------------
+
+    def add(self, destination: PurePath, real: Path) -> str:
+        key = f"src/{destination.as_posix()}"
+        data = real.read_bytes()
+        if key in self.files and self.files[key] != data:
+            raise BundleError(
+                f"two different files would be frozen as {key}: {self.origin[key]} and {real.resolve()}"
+            )
+        self.files[key] = data
+        self.origin.setdefault(key, real.resolve())
+        return key
+
+    def add_project_file(self, path: Path, relative: PurePath, what: str) -> str:
+        owner = self.written_by_plugin(relative)
+        if owner is not None:
+            raise BundleError(
+                f"{what} {relative.as_posix()} is inside {owner}, which pytest-reward wrote (a deployed bundle, "
+                "stored runs or a report); deploy the project's own module"
+            )
+        key = self.add(relative, path)
+        directory = relative.parent
+        while directory.parts and (self.root / directory / "__init__.py").is_file():
+            self.add(directory / "__init__.py", self.root / directory / "__init__.py")
+            directory = directory.parent
+        return key
+
+    def add_import(self, path: Path, search: list[tuple[Path, str]]) -> None:
+        """A module found by ``modulefinder``: a project file, or a file of an external directory on ``search``."""
+        relative = self.project_path(path)
+        if relative is not None:
+            self.add_project_file(path, relative, "imported module")
+            return
+        for directory, prefix in search:
+            try:
+                inner = Path(os.path.abspath(path)).relative_to(directory)
+            except ValueError:
+                continue
+            self.add(PurePath(prefix) / inner, path)
+            package = inner.parent
+            while package.parts and (directory / package / "__init__.py").is_file():
+                self.add(PurePath(prefix) / package / "__init__.py", directory / package / "__init__.py")
+                package = package.parent
+            return
+
+    # -- one reward function -----------------------------------------------------------------------------------
+
+    def function(self, module: str, module_file: Path | None) -> str | None:
+        """Freeze a reward function's module and what it imports; the module's path in the bundle (None for a
+        module that is installed, or has no file: the fresh-interpreter import check decides about those)."""
+        if module_file is None:
+            return None
+        relative = self.project_path(module_file)
+        if relative is not None:
+            source = self.add_project_file(module_file, relative, "reward module")
+            base = package_base(self.root / relative)
+            for directory in (self.root, base):
+                rel = directory.relative_to(self.root).as_posix()
+                self.sys_path.setdefault("src" if rel == "." else f"src/{rel}", None)
+            self.add_imports(self.root / relative, [self.root, base], [])
+            return source
+        real = module_file.resolve()
+        if _installed(real):
+            return None
+        if not all(part.isidentifier() for part in module.split(".")):
+            raise BundleError(
+                f"reward module {real} was imported as {module!r}, which a bundle cannot import"
+            )
+        base = package_base(real)
+        prefix = self.external.setdefault(base, f"_external/{len(self.external)}")
+        self.sys_path.setdefault(f"src/{prefix}", None)
+        by_name = PurePath(*module.split("."))
+        by_name = by_name / "__init__.py" if real.name == "__init__.py" else by_name.with_suffix(".py")
+        source = self.add(PurePath(prefix) / by_name, real)
+        if _dotted(real.relative_to(base)) == module:  # imported under its own name: its packages come too
+            self.add_import(base / real.relative_to(base), [(base, prefix)])
+        self.add_imports(real, [self.root, base], [(base, prefix)])
+        return source
+
+    def add_imports(self, module_file: Path, path: list[Path], external: list[tuple[Path, str]]) -> None:
+        finder = modulefinder.ModuleFinder(path=[str(p) for p in path])
+        try:
+            finder.run_script(str(module_file))
+        except (SyntaxError, ImportError, OSError):
+            return
+        for mod in finder.modules.values():
+            file = getattr(mod, "__file__", None)
+            if file and file.endswith(".py") and mod.__name__ != "__main__":
+                self.add_import(Path(file), external)
+
+    def include(self, pattern: str) -> None:
+        """Project files matching an ini ``reward_bundle_include`` glob (nothing the plugin wrote)."""
+        for path in sorted(self.roots[0].glob(pattern)):
+            relative = self.project_path(path)
+            if path.is_file() and relative is not None and self.written_by_plugin(relative) is None:
+                self.add(relative, path)
 
 
 def _requirements(spec: BundleSpec) -> list[str]:
@@ -289,37 +457,16 @@ def _generated_files(
 
 def _collect_sources(spec: BundleSpec) -> tuple[dict[str, bytes], list[dict[str, Any]], list[str]]:
     """Files under ``src/`` (relative path -> bytes), manifest function entries, ``sys_path`` entries."""
-    root = spec.rootdir.resolve()
-    files: dict[str, bytes] = {}
+    check_include(spec.include)
+    freezer = _Freezer(spec.rootdir, spec.owned)
     entries: list[dict[str, Any]] = []
-    sys_path: dict[str, None] = {}
-
-    def add_file(path: Path) -> str:
-        rel = path.resolve().relative_to(root).as_posix()
-        files[f"src/{rel}"] = path.read_bytes()
-        return f"src/{rel}"
-
     for fn in spec.functions:
-        module_file = fn.module_file
-        source = None
-        if module_file is not None and _inside(module_file, root):
-            source = add_file(module_file)
-            for init in _package_inits(module_file, root):
-                add_file(init)
-            base = package_base(module_file)
-            for directory in (root, base):
-                rel = directory.resolve().relative_to(root).as_posix()
-                sys_path.setdefault("src" if rel == "." else f"src/{rel}", None)
-            for dep in _local_imports(module_file, root, [root, base]):
-                add_file(dep)
-                for init in _package_inits(dep, root):
-                    add_file(init)
         entries.append(
             {
                 "name": fn.name,
                 "module": fn.module,
                 "attr": fn.attr,
-                "source": source,
+                "source": freezer.function(fn.module, fn.module_file),
                 "mode": fn.spec.mode,
                 "async": fn.spec.is_async,
                 "weight": 1.0,
@@ -330,10 +477,8 @@ def _collect_sources(spec: BundleSpec) -> tuple[dict[str, bytes], list[dict[str,
             }
         )
     for pattern in spec.include:
-        for path in sorted(root.glob(pattern)):
-            if path.is_file() and _inside(path, root):
-                add_file(path)
-    return files, entries, list(sys_path)
+        freezer.include(pattern)
+    return freezer.files, entries, list(freezer.sys_path)
 
 
 def build_bundle(

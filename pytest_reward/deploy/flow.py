@@ -4,7 +4,11 @@ Runs once, on the controller, at the very end of the session, from the ``pytest_
 reads of the run is the frozen ``RunResult``, and the pytest session's status. It deploys only when the session is green
 (``session.exitstatus == 0``) and complete; a partial run (``-k``, ``-m``, ``--lf``, ``--deselect``, ``--sw``,
 a ``-x``/``--maxfail`` stop, a samples file only partly run) is refused with one line unless
-``--reward-deploy-partial``. Only the reward functions that ran, and passed, are shipped.
+``--reward-deploy-partial``. Only the reward functions that ran, and passed, are shipped, and only in a bundle that
+imports in a fresh interpreter (``verify.check_imports``): a bundle that would fail where it is loaded is a failed
+deploy. The bundle name and ini ``reward_bundle_include`` are checked when pytest starts (a usage error, before
+anything runs); the bundle is built in a staging directory that is removed when the step ends, so the summary names
+where the bundle went, never where it was built.
 """
 
 from __future__ import annotations
@@ -111,8 +115,10 @@ def _evidence(
 def run_deploy(session: pytest.Session, result: RunResult) -> DeployOutcome:
     """Everything ``--reward-deploy`` does at the end of a session."""
     from .. import __version__
+    from ..errors import BundleError
     from .bundle import BundleSpec, build_bundle, bundle_name_for
     from .targets import DeployError
+    from .verify import check_imports
 
     config = session.config
     settings = result.settings
@@ -148,14 +154,22 @@ def run_deploy(session: pytest.Session, result: RunResult) -> DeployOutcome:
         },
         include=settings.bundle_include,
         plugin_version=__version__,
+        owned=tuple(p for p in (settings.storage, settings.report_dir) if p is not None),
     )
     staging = Path(tempfile.mkdtemp(prefix="pytest-reward-bundle-"))
     try:
-        bundle = build_bundle(
-            spec,
-            staging,
-            on_manifest=lambda m: config.hook.pytest_reward_bundle_manifest(manifest=m, config=config),
-        )
+        try:
+            bundle = build_bundle(
+                spec,
+                staging,
+                on_manifest=lambda m: config.hook.pytest_reward_bundle_manifest(manifest=m, config=config),
+            )
+        except BundleError as exc:
+            return DeployOutcome("failed", f"not deploying: {exc}")
+        try:
+            check_imports(bundle.directory, bundle.name, bundle.manifest, config.rootpath)
+        except BundleError as exc:
+            return DeployOutcome("failed", f"not deploying: {exc}", bundle.describe(), bundle=bundle)
         if settings.deploy_dry_run:
             return DeployOutcome(
                 "dry-run", f"dry run: would deploy to {target}", bundle.describe(), bundle=bundle
@@ -180,7 +194,7 @@ def run_deploy(session: pytest.Session, result: RunResult) -> DeployOutcome:
         return DeployOutcome(
             "deployed",
             f"{verb} {bundle.name} {bundle.version} to {receipt.target}: {receipt.id}",
-            bundle.describe(),
+            bundle.describe(receipt.location),
             receipt,
             bundle,
         )
@@ -205,7 +219,19 @@ class DeployPlugin:
     NAME = "pytest-reward-deploy"
 
     def __init__(self, config: pytest.Config, settings: Settings) -> None:
-        # The targets are resolved now: an unknown scheme is a usage error before anything runs.
+        # Checked now, so that a bad value is a usage error before anything runs: the bundle name, the include
+        # patterns; the targets are registered now (an unknown scheme fails the deploy with the known ones).
+        from ..errors import BundleError, UsageError
+        from .bundle import bundle_name_for, check_include
+
+        try:
+            bundle_name_for(config.rootpath, settings.bundle_name)
+        except ValueError as exc:
+            raise UsageError(f"ini reward_bundle_name: {exc}") from None
+        try:
+            check_include(settings.bundle_include)
+        except BundleError as exc:
+            raise UsageError(str(exc)) from None
         config.stash[_TARGETS] = targets_for(config)
         self.outcome: DeployOutcome | None = None
 

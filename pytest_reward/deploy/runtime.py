@@ -10,16 +10,19 @@ Layout of a bundle directory ``<name>-<version>/``::
         src/...                   frozen copies of the project's reward modules and the local modules they import
         trl.py verl.py openrlhf_reward.py slime.py serve.py __main__.py     generated adapters
 
-``load_bundle`` accepts the bundle directory, its package directory, or the ``.tar.gz`` (extracted to a temporary
-directory with tarfile's ``data`` filter: no absolute paths, no ``..``, no links out, no devices).
+``load_bundle`` accepts the bundle directory, its package directory, or the ``.tar.gz`` (extracted with
+:func:`extract_tarball` to a temporary directory that is removed when the interpreter exits; the reward server
+extracts into a directory it removes itself on every exit, signals included).
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import importlib
 import json
 import re
+import shutil
 import sys
 import tarfile
 import tempfile
@@ -27,11 +30,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..discovery import BUNDLE_FORMAT
 from ..errors import BundleError
 
-__all__ = ["BUNDLE_FORMAT", "BundleError", "LoadedBundle", "load_bundle", "load_package"]
+__all__ = [
+    "BUNDLE_FORMAT",
+    "BundleError",
+    "LoadedBundle",
+    "extract_tarball",
+    "is_tarball",
+    "load_bundle",
+    "load_package",
+]
 
-BUNDLE_FORMAT = "pytest-reward-bundle"
 BUNDLE_VERSION = 1
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
 
@@ -149,17 +160,29 @@ def _package_dir(path: Path) -> Path:
     return candidates[0]
 
 
+def is_tarball(path: Path) -> bool:
+    return path.is_file() and path.name.endswith((".tar.gz", ".tgz"))
+
+
+def extract_tarball(path: Path, target: Path) -> Path:
+    """Extract a bundle's ``.tar.gz`` into the directory ``target`` with tarfile's ``data`` filter (no absolute
+    paths, no ``..``, no links out, no devices); returns ``target``."""
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            tar.extractall(target, filter="data")
+    except (tarfile.TarError, OSError) as exc:
+        raise BundleError(f"{path}: cannot extract ({exc})") from None
+    return target
+
+
 def load_bundle(path: str | Path, *, verify: bool = True) -> LoadedBundle:
-    """Load a bundle directory, its package directory, or its ``.tar.gz``."""
+    """Load a bundle directory, its package directory, or its ``.tar.gz`` (extracted to a temporary directory that
+    is removed at interpreter exit)."""
     path = Path(path)
-    if path.is_file() and path.name.endswith((".tar.gz", ".tgz")):
+    if is_tarball(path):
         target = Path(tempfile.mkdtemp(prefix="pytest-reward-bundle-"))
-        try:
-            with tarfile.open(path, "r:gz") as tar:
-                tar.extractall(target, filter="data")
-        except (tarfile.TarError, OSError) as exc:
-            raise BundleError(f"{path}: cannot extract ({exc})") from None
-        path = target
+        atexit.register(shutil.rmtree, target, ignore_errors=True)
+        path = extract_tarball(path, target)
     if not path.is_dir():
         raise BundleError(f"{path}: not a bundle directory or .tar.gz")
     package_dir = _package_dir(path.resolve())

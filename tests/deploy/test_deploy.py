@@ -247,7 +247,7 @@ def test_interrupted_deploy_leaves_the_target_as_it_was(project):
     # change the code; the dry run names the new bundle (its version is its content hash)
     (project.path / "scoring" / "weights.py").write_text("BONUS = 0.3\n")
     dry = project.run("--reward-samples", "samples.jsonl", "--reward-deploy", "--reward-deploy-dry-run")
-    (version,) = re.findall(r"^bundle demo_rewards (\w+) \(", dry.stdout.str(), re.M)
+    (version,) = re.findall(r"^bundle demo_rewards (\w+)$", dry.stdout.str(), re.M)
     new = f"demo_rewards-{version}"
     assert new != latest.strip()
     # something in the way of the new bundle: the copy is staged, then cannot be moved into place

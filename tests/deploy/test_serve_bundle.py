@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -86,6 +87,32 @@ def test_the_builders_tarball_is_served(start_server, built_bundle):
     assert health["name"] == BUNDLE_NAME
     manifest = json.loads((built_bundle / BUNDLE_NAME / "manifest.json").read_text())
     assert health["content_hash"] == manifest["content_hash"]
+
+
+@pytest.mark.parametrize(
+    ("sig", "workers"),
+    [(signal.SIGINT, "1"), (signal.SIGTERM, "1"), (signal.SIGTERM, "2")],
+    ids=["SIGINT", "SIGTERM", "SIGTERM-workers-2"],
+)
+def test_a_served_tarball_leaves_no_extraction_directory(built_bundle, tmp_path, sig, workers):
+    """A real server process on 127.0.0.1, stopped by a real signal: the directory the .tar.gz was extracted to
+    (in the server's temp dir) is gone, and the server exits 0."""
+    archive = built_bundle.parent / f"{built_bundle.name}.tar.gz"
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    server = ServerProcess(archive, "--workers", workers, cwd=tmp_path, env=server_env(TMPDIR=str(temp)))
+    try:
+        (extracted,) = [p for p in temp.iterdir() if p.name.startswith("pytest-reward-")]
+        assert (extracted / built_bundle.name / BUNDLE_NAME / "manifest.json").is_file()
+        answer = httpx.post(
+            server.url + "/reward", json={"messages": msgs("2+2?", "4"), "ground_truth": "4"}, timeout=30
+        )
+        assert answer.json()["score"] == pytest.approx(0.55)
+        server.proc.send_signal(sig)
+        assert server.proc.wait(60) == 0, server.log()
+    finally:
+        server.stop()
+    assert not [p.name for p in temp.iterdir() if p.name.startswith("pytest-reward-")], server.log()
 
 
 def copy_bundle(built_bundle: Path, tmp_path: Path) -> Path:

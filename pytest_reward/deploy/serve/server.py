@@ -3,6 +3,13 @@
 Worker processes share the parent's socket and load the target themselves: the parent passes its settings in the
 environment (:data:`~.options.ENV_CONFIG`) to :func:`app_from_env`, uvicorn's app factory. uvicorn is imported
 when a server starts.
+
+A ``.tar.gz`` bundle is extracted once, by the parent, into a temporary directory that is removed on every exit:
+a normal return, an error, Ctrl-C (SIGINT) and SIGTERM, whether the signal comes while the bundle loads, while it
+is served, or while uvicorn shuts down. uvicorn stops gracefully on both signals and then raises the signal again
+with the handler it found installed; for SIGTERM that handler is ours (:func:`_stop_on_sigterm`), which unwinds
+like Ctrl-C does instead of letting the default action kill the process before the directory is removed. Stopped
+by a signal, the server exits with status 0. Only SIGKILL leaves the directory behind.
 """
 
 from __future__ import annotations
@@ -12,12 +19,18 @@ import ipaddress
 import json
 import logging
 import os
+import signal
 import socket
 import sys
+import tempfile
+import threading
+from collections.abc import Iterator
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
-from ...errors import ServeError
+from ...errors import BundleError, ServeError
+from ..runtime import extract_tarball, is_tarball
 from .app import create_app, log
 from .guard import access_log
 from .loading import load_target
@@ -71,6 +84,43 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+class _Stopped(BaseException):
+    """SIGTERM: unwind to :func:`run` (a ``BaseException``, like ``KeyboardInterrupt``, so no handler swallows it)."""
+
+
+def _raise_stopped(signum: int, frame: Any) -> None:
+    raise _Stopped(signum)
+
+
+@contextlib.contextmanager
+def _stop_on_sigterm() -> Iterator[None]:
+    """SIGTERM raises :class:`_Stopped` in the main thread (uvicorn installs its own handler while it serves and
+    puts this one back before raising the signal again)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_stopped)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def _unpacked(target_spec: str) -> Iterator[str]:
+    """``target_spec``, or for a ``.tar.gz`` the directory it is extracted to, removed when the block exits."""
+    path = Path(target_spec)
+    if not is_tarball(path):
+        yield target_spec
+        return
+    with tempfile.TemporaryDirectory(prefix="pytest-reward-serve-") as directory:
+        try:
+            extract_tarball(path, Path(directory))
+        except BundleError as exc:
+            raise ServeError(f"bad bundle: {exc}") from None
+        yield directory
+
+
 def run(
     target_spec: str,
     *,
@@ -82,12 +132,39 @@ def run(
     max_connections: int | None = 1024,
     log_level: str = "info",
 ) -> int:
-    """Load ``target_spec`` and serve it until interrupted. Returns the exit code."""
-    import uvicorn
-
+    """Load ``target_spec`` and serve it until interrupted (SIGINT, SIGTERM). Returns the exit code."""
     options = options or ServeOptions()
     if workers < 1:
         raise ServeError(f"--workers must be at least 1, not {workers}")
+    try:
+        with _stop_on_sigterm(), _unpacked(target_spec) as spec:
+            return _serve(
+                spec,
+                host=host,
+                port=port,
+                workers=workers,
+                function=function,
+                options=options,
+                max_connections=max_connections,
+                log_level=log_level,
+            )
+    except (KeyboardInterrupt, _Stopped):  # uvicorn re-raises the signal it shut down for
+        return 0
+
+
+def _serve(
+    target_spec: str,
+    *,
+    host: str,
+    port: int,
+    workers: int,
+    function: str | None,
+    options: ServeOptions,
+    max_connections: int | None,
+    log_level: str,
+) -> int:
+    import uvicorn
+
     _configure_logging(log_level)
     target = load_target(target_spec, function)
     sock = bind(host, port)
@@ -122,8 +199,7 @@ def run(
     if workers == 1:
         config = uvicorn.Config(create_app(target, options), **common)
         config.pytest_reward_read_timeout = options.read_timeout  # type: ignore[attr-defined]
-        with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises the SIGINT it shut down for
-            uvicorn.Server(config).run(sockets=[sock])
+        uvicorn.Server(config).run(sockets=[sock])
         return 0
     from uvicorn.supervisors import Multiprocess
 

@@ -48,7 +48,7 @@ $(RAY_STAMP): pyproject.toml | $(TEST_STAMP)
 	@touch $@
 
 test-ray: $(TEST_STAMP) $(RAY_STAMP)
-	$(PY) -m pytest -m ray tests/test_executors_ray.py
+	$(PY) -m pytest -m ray tests/test_executors_ray.py tests/deploy/test_adapter_processes.py
 
 lint: $(TEST_STAMP)
 	$(PY) -m ruff check pytest_reward tests bench examples

@@ -21,22 +21,55 @@ Conversions (the conversation helpers are :mod:`pytest_reward.chat`'s):
   else ``extra_info["prompt"]`` / ``extra_info["question"]``.
 * OpenRLHF passes the templated prompt and the full decoded query (prompt + response, special tokens kept); the
   response is the query after the prompt, with trailing special tokens removed; ``labels`` are the ground truth.
-* slime passes ``sample.prompt`` (a string or messages), ``sample.response`` and ``sample.label``.
+* verl passes ``custom_reward_function.reward_kwargs`` (and, with a reward model router,
+  ``reward_router_address``) as keyword arguments of ``compute_score``: they reach every reward function as keyword
+  arguments, over the ``extra_info`` field of the same name (verl's own precedence); ``reward_model_tokenizer`` is a
+  tokenizer object, not data, and is not forwarded.
+* slime passes ``sample.prompt`` (a string or messages), ``sample.response`` and ``sample.label``; in group mode
+  (``--group-rm``, or a rollout that returns several samples) ``custom_rm`` gets a list of samples and returns a list
+  of rewards in the same order and shape. Extra keyword arguments reach the reward functions.
+
+Processes. The adapter callables are objects of the classes below; verl's ``remote`` reward manager, Ray, TRL's
+AsyncGRPO and multiprocessing send them to other processes by pickling (pickle, cloudpickle). An adapter of a bundle
+(built with ``source=``) pickles as "load the bundle at this absolute path and build this adapter again": the
+receiving interpreter needs pytest-reward and the bundle's requirements installed and the bundle directory at the
+same path (on another machine: a shared filesystem), not the project on its ``sys.path``. The bundle's content hash
+travels with it: a different bundle at that path is refused. Adapters built from plain functions pickle their
+functions as themselves (by reference to their modules).
+
+The async adapters (TRL's ``*_async``, slime's ``custom_rm``) are coroutine functions to ``inspect`` and ``asyncio``
+(``inspect.iscoroutinefunction`` is how TRL and verl tell them from sync ones), through the function-like protocol
+``inspect`` reads: a ``__code__`` of an ``async def`` with the call's signature, ``__name__``, ``__defaults__``,
+``__kwdefaults__``, ``__annotations__``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..call import MISSING, Reward, describe_exception, failed_result
 from ..chat import conversation, response_from_query
+from ..errors import BundleError
+
+if TYPE_CHECKING:
+    from .runtime import LoadedBundle
 
 __all__ = [
     "GROUND_TRUTH_KEYS",
     "TRL_INJECTED",
+    "VERL_INJECTED",
+    "BundleSource",
+    "OpenRLHFRewardFunc",
+    "SlimeCustomRM",
+    "TrlReward",
+    "TrlRewardAsync",
+    "VerlComputeScore",
     "call_reward",
     "conversation",
     "flat_scores",
@@ -51,6 +84,7 @@ __all__ = [
 ]
 
 TRL_INJECTED = frozenset({"trainer_state", "log_extra", "log_metric", "environments", "completion_ids"})
+VERL_INJECTED = frozenset({"reward_model_tokenizer"})
 GROUND_TRUTH_KEYS = ("ground_truth", "solution", "answer", "label")
 
 
@@ -123,12 +157,94 @@ class _Weighted:
         }
         return flat_scores(results, self.weights, self.metric_keys)
 
-    async def arow(self, messages: list[dict[str, Any]], ground_truth: Any) -> dict[str, float]:
+    async def arow(
+        self, messages: list[dict[str, Any]], ground_truth: Any, fields: Mapping[str, Any] | None = None
+    ) -> dict[str, float]:
         results = {
-            name: await reward.asafe(reward.kwargs(messages, ground_truth))
+            name: await reward.asafe(reward.kwargs(messages, ground_truth, fields))
             for name, reward in self.rewards.items()
         }
         return flat_scores(results, self.weights, self.metric_keys)
+
+
+# --- pickling: an adapter of a bundle travels as the bundle's path ------------------------------------------
+
+
+@dataclass(frozen=True)
+class BundleSource:
+    """Where a bundle's adapters come from: its package directory (absolute), name and content hash."""
+
+    package_dir: str
+    name: str
+    content_hash: str
+
+    @classmethod
+    def of(cls, package: Any) -> BundleSource:
+        """The source of an imported bundle package (its ``__file__`` and ``MANIFEST``)."""
+        return cls(
+            str(Path(package.__file__).resolve().parent),
+            str(package.MANIFEST["name"]),
+            str(package.MANIFEST["content_hash"]),
+        )
+
+    def load(self) -> LoadedBundle:
+        """Import the bundle from its path (once per interpreter; ``runtime.load_bundle`` checks every file)."""
+        from .runtime import load_bundle
+
+        if not os.path.isdir(self.package_dir):
+            raise BundleError(
+                f"cannot load reward bundle {self.name}: {self.package_dir} does not exist here (a pickled adapter "
+                "loads its bundle from the absolute path it was loaded from: put the bundle at the same path on "
+                "every machine, e.g. on a shared filesystem)"
+            )
+        bundle = load_bundle(self.package_dir)
+        if bundle.manifest.get("content_hash") != self.content_hash:
+            raise BundleError(
+                f"{self.package_dir}: holds reward bundle {bundle.name} with content hash "
+                f"{str(bundle.manifest.get('content_hash'))[:16]}, not the {self.content_hash[:16]} this adapter "
+                "was built from"
+            )
+        return bundle
+
+
+def _rebuild(cls: type[_Adapter], source: BundleSource, args: tuple[Any, ...]) -> _Adapter:
+    """Unpickling an adapter of a bundle: load the bundle from its path, build the adapter again."""
+    return cls.from_bundle(source.load(), source, *args)
+
+
+class _Adapter:
+    """Base of the adapter callables: how they pickle (see the module docstring)."""
+
+    _source: BundleSource | None
+
+    @classmethod
+    def from_bundle(cls, bundle: LoadedBundle, source: BundleSource, *args: Any) -> _Adapter:
+        raise NotImplementedError
+
+    def _bundle_args(self) -> tuple[Any, ...]:
+        return ()
+
+    def _plain_args(self) -> tuple[Any, ...]:
+        raise NotImplementedError
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if self._source is not None:
+            return (_rebuild, (type(self), self._source, self._bundle_args()))
+        return (type(self), self._plain_args())
+
+    def __repr__(self) -> str:
+        where = f" from {self._source.package_dir}" if self._source is not None else ""
+        return f"<{type(self).__name__} {getattr(self, '__name__', '')}{where}>"
+
+
+class _CoroutineFunctionLike:
+    """Makes an async adapter a coroutine function to ``inspect.iscoroutinefunction`` (and ``asyncio``'s): the
+    function-like protocol of ``inspect`` (``__code__`` of an ``async def`` with the call's signature, ``__name__``,
+    ``__defaults__``, ``__kwdefaults__``, ``__annotations__``)."""
+
+    __defaults__ = None
+    __kwdefaults__ = None
+    __annotations__ = {}  # read by inspect, never changed
 
 
 # --- TRL --------------------------------------------------------------------------------------------------
@@ -142,59 +258,125 @@ def _ground_truth(columns: dict[str, Any]) -> Any:
     return found
 
 
-def make_trl_reward(fn: Callable[..., Any], name: str, *, asynchronous: bool = False) -> Callable[..., Any]:
-    """A TRL ``reward_funcs`` entry: ``(prompts, completions, **columns) -> list[float | None]``."""
-    reward = Reward(fn)
+class TrlReward(_Adapter):
+    """A TRL ``reward_funcs`` entry: ``(prompts, completions, **columns) -> list[float | None]``, named ``name``
+    (TRL logs ``rewards/<name>/mean``)."""
 
-    def calls(
-        prompts: Sequence[Any], completions: Sequence[Any], kwargs: Mapping[str, Any]
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        name: str,
+        *,
+        source: BundleSource | None = None,
+        function: str | None = None,
+    ) -> None:
+        self._fn = fn
+        self._reward = Reward(fn)
+        self._source = source
+        self._function = function if function is not None else name
+        self.__name__ = self.__qualname__ = name
+
+    @classmethod
+    def from_bundle(cls, bundle: LoadedBundle, source: BundleSource, *args: Any) -> TrlReward:
+        function, name = args
+        return cls(bundle.functions[function], name, source=source, function=function)
+
+    def _bundle_args(self) -> tuple[Any, ...]:
+        return (self._function, self.__name__)
+
+    def _plain_args(self) -> tuple[Any, ...]:
+        return (self._fn, self.__name__)
+
+    def _calls(
+        self, prompts: Sequence[Any], completions: Sequence[Any], kwargs: Mapping[str, Any]
     ) -> list[dict[str, Any]]:
         columns = {k: v for k, v in kwargs.items() if k not in TRL_INJECTED and isinstance(v, (list, tuple))}
         out = []
         for i, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
             row = {k: v[i] for k, v in columns.items() if i < len(v)}
             ground_truth = _ground_truth(row)
-            out.append(reward.kwargs(conversation(prompt, completion), ground_truth, row))
+            out.append(self._reward.kwargs(conversation(prompt, completion), ground_truth, row))
         return out
 
-    def scores(kwargs: Mapping[str, Any], results: Sequence[Any]) -> list[float | None]:
+    def _scores(self, kwargs: Mapping[str, Any], results: Sequence[Any]) -> list[float | None]:
         log_metric = kwargs.get("log_metric")
         if callable(log_metric):
             for metric in sorted({m for r in results for m in r.metrics}):
                 values = [r.metrics[metric].score for r in results if metric in r.metrics]
-                log_metric(f"{name}/{metric}", sum(values) / len(values))
+                log_metric(f"{self.__name__}/{metric}", sum(values) / len(values))
         return [float(r.score) if is_valid(r) else None for r in results]
 
-    if asynchronous:
+    def __call__(
+        self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
+    ) -> list[float | None]:
+        reward = self._reward
+        return self._scores(kwargs, [reward.safe(kw) for kw in self._calls(prompts, completions, kwargs)])
 
-        async def trl_reward_async(
-            prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
-        ) -> list[float | None]:
-            results = await asyncio.gather(*(reward.asafe(kw) for kw in calls(prompts, completions, kwargs)))
-            return scores(kwargs, results)
 
-        trl_reward_async.__name__ = trl_reward_async.__qualname__ = name
-        return trl_reward_async
+async def _trl_signature(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> Any:
+    """The signature ``inspect`` reads for :class:`TrlRewardAsync`."""
 
-    def trl_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
-        return scores(kwargs, [reward.safe(kw) for kw in calls(prompts, completions, kwargs)])
 
-    trl_reward.__name__ = trl_reward.__qualname__ = name
-    return trl_reward
+class TrlRewardAsync(_CoroutineFunctionLike, TrlReward):
+    """:class:`TrlReward` as a coroutine function: TRL (≥ 0.27) awaits the calls of all async reward functions
+    together, and the samples of one call are scored concurrently."""
+
+    __code__ = _trl_signature.__code__
+
+    async def __call__(  # type: ignore[override]
+        self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
+    ) -> list[float | None]:
+        reward = self._reward
+        calls = self._calls(prompts, completions, kwargs)
+        return self._scores(kwargs, await asyncio.gather(*(reward.asafe(kw) for kw in calls)))
+
+
+def make_trl_reward(
+    fn: Callable[..., Any],
+    name: str,
+    *,
+    asynchronous: bool = False,
+    source: BundleSource | None = None,
+    function: str | None = None,
+) -> TrlReward:
+    """A TRL ``reward_funcs`` entry for ``fn`` (``function``: its name in the bundle ``source``)."""
+    cls = TrlRewardAsync if asynchronous else TrlReward
+    return cls(fn, name, source=source, function=function)
 
 
 # --- verl -------------------------------------------------------------------------------------------------
 
 
-def make_verl_compute_score(
-    functions: Mapping[str, Callable[..., Any]],
-    weights: Mapping[str, float] | None = None,
-    metric_keys: Mapping[str, Sequence[str]] | None = None,
-) -> Callable[..., dict[str, float]]:
-    """verl's ``compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs) -> dict``."""
-    weighted = _Weighted(functions, weights, metric_keys)
+class _WeightedAdapter(_Adapter):
+    """An adapter over all of a bundle's functions, scored into one weighted row (verl, OpenRLHF, slime)."""
 
-    def compute_score(
+    def __init__(
+        self,
+        functions: Mapping[str, Callable[..., Any]],
+        weights: Mapping[str, float] | None = None,
+        metric_keys: Mapping[str, Sequence[str]] | None = None,
+        *,
+        source: BundleSource | None = None,
+    ) -> None:
+        self._args = (dict(functions), dict(weights) if weights else None, dict(metric_keys or {}))
+        self._weighted = _Weighted(functions, weights, metric_keys)
+        self._source = source
+
+    @classmethod
+    def from_bundle(cls, bundle: LoadedBundle, source: BundleSource, *args: Any) -> _WeightedAdapter:
+        return cls(bundle.functions, bundle.weights, bundle.metric_keys(), source=source)
+
+    def _plain_args(self) -> tuple[Any, ...]:
+        return self._args
+
+
+class VerlComputeScore(_WeightedAdapter):
+    """verl's ``compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs) -> dict``."""
+
+    __name__ = "compute_score"
+
+    def __call__(
+        self,
         data_source: Any,
         solution_str: str,
         ground_truth: Any,
@@ -205,32 +387,49 @@ def make_verl_compute_score(
         prompt = info.pop("messages", None) or info.pop("prompt", None) or info.pop("question", None)
         fields = {k: v for k, v in info.items() if k not in ("num_turns", "rollout_reward_scores")}
         fields["data_source"] = data_source
-        return weighted.row(conversation(prompt, solution_str), ground_truth, fields)
+        fields.update((k, v) for k, v in kwargs.items() if k not in VERL_INJECTED)
+        return self._weighted.row(conversation(prompt, solution_str), ground_truth, fields)
 
-    return compute_score
+
+def make_verl_compute_score(
+    functions: Mapping[str, Callable[..., Any]],
+    weights: Mapping[str, float] | None = None,
+    metric_keys: Mapping[str, Sequence[str]] | None = None,
+    *,
+    source: BundleSource | None = None,
+) -> VerlComputeScore:
+    """verl's ``compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs) -> dict``."""
+    return VerlComputeScore(functions, weights, metric_keys, source=source)
 
 
 # --- OpenRLHF ---------------------------------------------------------------------------------------------
 
 
-def make_openrlhf_reward_func(
-    functions: Mapping[str, Callable[..., Any]],
-    weights: Mapping[str, float] | None = None,
-    metric_keys: Mapping[str, Sequence[str]] | None = None,
-) -> Callable[..., dict[str, Any]]:
+class OpenRLHFRewardFunc(_WeightedAdapter):
     """OpenRLHF's ``reward_func(queries, prompts, labels) -> {"rewards", "scores", "extra_logs"}``."""
-    weighted = _Weighted(functions, weights, metric_keys)
 
-    def reward_func(
-        queries: Sequence[str], prompts: Sequence[str], labels: Sequence[Any], **kwargs: Any
+    __name__ = "reward_func"
+
+    def __call__(
+        self, queries: Sequence[str], prompts: Sequence[str], labels: Sequence[Any], **kwargs: Any
     ) -> dict[str, Any]:
+        weighted = self._weighted
         rows = [
             weighted.row(conversation(prompt, response_from_query(query, prompt)), label)
             for query, prompt, label in zip(queries, prompts, labels, strict=True)
         ]
         return openrlhf_answer(rows)
 
-    return reward_func
+
+def make_openrlhf_reward_func(
+    functions: Mapping[str, Callable[..., Any]],
+    weights: Mapping[str, float] | None = None,
+    metric_keys: Mapping[str, Sequence[str]] | None = None,
+    *,
+    source: BundleSource | None = None,
+) -> OpenRLHFRewardFunc:
+    """OpenRLHF's ``reward_func(queries, prompts, labels) -> {"rewards", "scores", "extra_logs"}``."""
+    return OpenRLHFRewardFunc(functions, weights, metric_keys, source=source)
 
 
 def openrlhf_answer(rows: Sequence[dict[str, float]]) -> dict[str, Any]:
@@ -249,14 +448,32 @@ def openrlhf_answer(rows: Sequence[dict[str, float]]) -> dict[str, Any]:
 # --- slime ------------------------------------------------------------------------------------------------
 
 
-def make_slime_custom_rm(
-    functions: Mapping[str, Callable[..., Any]], weights: Mapping[str, float] | None = None
-) -> Callable[..., Any]:
-    """slime's ``async custom_rm(args, sample) -> float`` (``--custom-rm-path``)."""
-    weighted = _Weighted(functions, weights, None)
+async def _slime_signature(args: Any, sample: Any, **kwargs: Any) -> Any:
+    """The signature ``inspect`` reads for :class:`SlimeCustomRM`."""
 
-    async def custom_rm(args: Any, sample: Any) -> float:
+
+class SlimeCustomRM(_CoroutineFunctionLike, _WeightedAdapter):
+    """slime's ``--custom-rm-path``: ``async custom_rm(args, sample, **kwargs) -> float`` for one sample, and
+    ``async custom_rm(args, samples, **kwargs) -> list[float]`` in group mode (``--group-rm``, or a rollout that
+    returns several samples: slime's ``batched_async_rm`` passes the list; a list of lists, from a rollout that fans
+    out, gets a list of lists). The samples of a group are scored concurrently."""
+
+    __name__ = "custom_rm"
+    __code__ = _slime_signature.__code__
+
+    async def __call__(self, args: Any, sample: Any, **kwargs: Any) -> Any:
+        if isinstance(sample, (list, tuple)):
+            return list(await asyncio.gather(*(self(args, item, **kwargs) for item in sample)))
         messages = conversation(getattr(sample, "prompt", None), getattr(sample, "response", ""))
-        return (await weighted.arow(messages, getattr(sample, "label", MISSING)))["score"]
+        row = await self._weighted.arow(messages, getattr(sample, "label", MISSING), kwargs)
+        return row["score"]
 
-    return custom_rm
+
+def make_slime_custom_rm(
+    functions: Mapping[str, Callable[..., Any]],
+    weights: Mapping[str, float] | None = None,
+    *,
+    source: BundleSource | None = None,
+) -> SlimeCustomRM:
+    """slime's ``async custom_rm(args, sample_or_samples, **kwargs)`` (``--custom-rm-path``)."""
+    return SlimeCustomRM(functions, weights, None, source=source)

@@ -18,8 +18,9 @@ What goes in (see ``runtime.py`` for the layout and how it loads):
   variants), ``verl.py`` (``compute_score``), ``openrlhf_reward.py`` (``reward_func``), ``slime.py``
   (``custom_rm``), ``serve.py`` / ``__main__.py`` (``python -m <bundle>`` serves it over HTTP).
 
-Adapter files locate the bundle from their own path, so trainers that load a file by path (verl, OpenRLHF) work.
-Before a bundle ships, the deploy step imports it in a fresh interpreter (``verify.check_imports``).
+Adapter files locate the bundle from their own path, so trainers that load a file by path (verl, OpenRLHF) work;
+their callables pickle as that path (``adapters.BundleSource``). Before a bundle ships, the deploy step imports it
+in a fresh interpreter (``verify.check_imports``).
 """
 
 from __future__ import annotations
@@ -342,6 +343,9 @@ if _ROOT not in sys.path:
 _bundle = importlib.import_module({name!r})
 """
 
+# The adapters pickle as this bundle's path (they work in a fresh interpreter, e.g. a Ray worker): BundleSource.
+_SOURCE_LINE = "_SOURCE = BundleSource.of(_bundle)"
+
 _INIT = '''"""Reward bundle {name} {version}, built by pytest-reward {plugin} from a green test session.
 
 MANIFEST: what is inside and the test evidence; FUNCTIONS: {{name: reward function}}; WEIGHTS: {{name: weight}}.
@@ -366,16 +370,18 @@ def _generated_files(
         f'or ``trl grpo --reward_funcs {name}.trl.<name>``. ``*_async`` variants score a batch concurrently."""',
         "",
         locate,
-        "from pytest_reward.deploy.adapters import make_trl_reward",
+        "from pytest_reward.deploy.adapters import BundleSource, make_trl_reward",
         "",
+        _SOURCE_LINE,
     ]
     for fn in functions:
         ident = re.sub(r"\W", "_", fn)
+        found = f"_bundle.FUNCTIONS[{fn!r}]"
         trl_lines += [
-            f"{ident} = make_trl_reward(_bundle.FUNCTIONS[{fn!r}], {ident!r})",
-            f"{ident}.__module__ = __name__",
-            f"{ident}_async = make_trl_reward(_bundle.FUNCTIONS[{fn!r}], {ident + '_async'!r}, asynchronous=True)",
-            f"{ident}_async.__module__ = __name__",
+            f"{ident} = make_trl_reward({found}, {ident!r}, source=_SOURCE, function={fn!r})",
+            f"{ident}_async = make_trl_reward(",
+            f"    {found}, {ident + '_async'!r}, asynchronous=True, source=_SOURCE, function={fn!r}",
+            ")",
         ]
     idents = [re.sub(r"\W", "_", fn) for fn in functions]
     trl_lines += [
@@ -389,12 +395,14 @@ def _generated_files(
         [
             '"""verl: ``reward.custom_reward_function.path=<this file>`` and ``.name=compute_score``.',
             "Returns a dict with the same keys for every sample: score (weighted), <function>, <function>_valid,",
-            '<function>/<metric>. The conversation is read from ``extra_info["messages"]`` when present."""',
+            '<function>/<metric>. The conversation is read from ``extra_info["messages"]`` when present;',
+            '``custom_reward_function.reward_kwargs`` reach the reward functions as keyword arguments."""',
             "",
             locate,
-            "from pytest_reward.deploy.adapters import make_verl_compute_score",
+            "from pytest_reward.deploy.adapters import BundleSource, make_verl_compute_score",
             "",
-            f"compute_score = make_verl_compute_score(_bundle.FUNCTIONS, _bundle.WEIGHTS, {keys})",
+            _SOURCE_LINE,
+            f"compute_score = make_verl_compute_score(_bundle.FUNCTIONS, _bundle.WEIGHTS, {keys}, source=_SOURCE)",
             "",
         ]
     )
@@ -403,20 +411,23 @@ def _generated_files(
             '"""OpenRLHF: ``--reward.remote_url <this file>`` (file mode): ``reward_func(queries, prompts, labels)``."""',
             "",
             locate,
-            "from pytest_reward.deploy.adapters import make_openrlhf_reward_func",
+            "from pytest_reward.deploy.adapters import BundleSource, make_openrlhf_reward_func",
             "",
-            f"reward_func = make_openrlhf_reward_func(_bundle.FUNCTIONS, _bundle.WEIGHTS, {keys})",
+            _SOURCE_LINE,
+            f"reward_func = make_openrlhf_reward_func(_bundle.FUNCTIONS, _bundle.WEIGHTS, {keys}, source=_SOURCE)",
             "",
         ]
     )
     slime = "\n".join(
         [
-            f'"""slime: ``--custom-rm-path {name}.slime.custom_rm`` (async, one sample)."""',
+            f'"""slime: ``--custom-rm-path {name}.slime.custom_rm``: ``async custom_rm(args, sample) -> float``, and',
+            '``async custom_rm(args, samples) -> list[float]`` in group mode (``--group-rm``)."""',
             "",
             locate,
-            "from pytest_reward.deploy.adapters import make_slime_custom_rm",
+            "from pytest_reward.deploy.adapters import BundleSource, make_slime_custom_rm",
             "",
-            "custom_rm = make_slime_custom_rm(_bundle.FUNCTIONS, _bundle.WEIGHTS)",
+            _SOURCE_LINE,
+            "custom_rm = make_slime_custom_rm(_bundle.FUNCTIONS, _bundle.WEIGHTS, source=_SOURCE)",
             "",
         ]
     )

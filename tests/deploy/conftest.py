@@ -579,3 +579,51 @@ def built_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     bundles = [p for p in (project / "out").iterdir() if p.is_dir() and p.name.startswith(BUNDLE_NAME)]
     assert len(bundles) == 1, bundles
     return bundles[0]
+
+
+# --- a bundle whose functions show what a trainer passed (tests of the adapters in trainers' processes) -------------
+
+PROC_BUNDLE_NAME = "proc_rewards"
+DEPLOY_ARGS = ("--reward-samples", "samples.jsonl", "--reward-deploy=dir:out")
+PROC_REWARDS = """
+import pytest
+from pytest_reward import EvaluateResult, MetricResult, reward_function
+from helpers import answer
+
+
+@reward_function
+def exact(messages, ground_truth=None, **kwargs):
+    ok = ground_truth is not None and answer(messages) == str(ground_truth).strip()
+    score = 1.0 if ok else 0.0
+    return EvaluateResult(score=score, reason="match", metrics={"exact": MetricResult(score=score, reason="exact")})
+
+
+@pytest.mark.reward(threshold=0.0)
+@reward_function
+def bonus(messages, bonus=0.0, **kwargs):
+    # what a trainer passed besides the conversation: verl's reward_kwargs, slime's keyword arguments
+    return EvaluateResult(score=float(bonus), reason=",".join(sorted(kwargs)))
+"""
+
+
+@pytest.fixture(scope="session")
+def proc_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``pytest --reward-deploy=dir:out`` on a green project with ``exact`` and ``bonus``; the bundle directory."""
+    project = tmp_path_factory.mktemp("proc_project")
+    write_module(project, "rewards", PROC_REWARDS)
+    write_module(project, "helpers", BUNDLE_HELPERS)
+    (project / "pytest.ini").write_text(f"[pytest]\nreward_bundle_name = {PROC_BUNDLE_NAME}\n")
+    (project / "samples.jsonl").write_text(
+        json.dumps({"messages": msgs("2+2?", "4"), "ground_truth": "4"}) + "\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", *DEPLOY_ARGS],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=server_env(),
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    (found,) = [p for p in (project / "out").iterdir() if p.is_dir()]
+    return found

@@ -20,6 +20,7 @@ import pytest
 from .conftest import (
     BUNDLE_NAME,
     ODD,
+    PROC_BUNDLE_NAME,
     REPO,
     REWARDS,
     installed_target,
@@ -197,6 +198,45 @@ def test_verl_load_extern_object_loads_the_bundles_compute_score(built_bundle, p
     assert results[1]["score"] == pytest.approx(0.2) and results[1]["exact"] == 0.0
     assert results[2]["score"] == 0.0
     assert all(isinstance(v, float) for r in results for v in r.values())
+
+
+VERL_REWARD_KWARGS = """
+import json, os, sys, types
+
+target, path = sys.argv[1], sys.argv[2]
+sys.path.insert(0, target)
+# verl/__init__.py, verl/utils/__init__.py and verl/utils/reward_score/__init__.py import torch, ray and math parsers;
+# verl/trainer/ppo/reward.py needs only their names DataProto and get_default_compute_score at import.
+for name, sub in (("verl", "verl"), ("verl.utils", os.path.join("verl", "utils"))):
+    module = types.ModuleType(name)
+    module.__path__ = [os.path.join(target, sub)]
+    sys.modules[name] = module
+sys.modules["verl"].DataProto = object
+scores = types.ModuleType("verl.utils.reward_score")
+scores.get_default_compute_score = lambda *args, **kwargs: None
+sys.modules["verl.utils.reward_score"] = scores
+import verl.trainer.ppo.reward as reward
+assert reward.__file__.startswith(target), reward.__file__
+
+config = types.SimpleNamespace(
+    reward={"custom_reward_function": {"path": path, "name": "compute_score", "reward_kwargs": {"bonus": 0.75}}}
+)
+compute_score = reward.get_custom_reward_fn(config)
+question = [{"role": "user", "content": "What is 2+2?"}]
+print("RESULT " + json.dumps([
+    compute_score(data_source="gsm8k", solution_str=s, ground_truth="4", extra_info={"messages": question})
+    for s in ("4", "5")
+]))
+"""
+
+
+def test_verl_get_custom_reward_fn_passes_reward_kwargs_to_the_reward_functions(proc_bundle):
+    """verl 0.9.1's own loader (``get_custom_reward_fn``: ``load_extern_object`` and the ``reward_kwargs`` partial)."""
+    verl = installed_target("verl", "0.9.1")
+    path = str(proc_bundle / PROC_BUNDLE_NAME / "verl.py")
+    right, wrong = run_client(sys.executable, VERL_REWARD_KWARGS, str(verl), path)
+    assert right["bonus"] == wrong["bonus"] == 0.75
+    assert right["score"] == pytest.approx((1.0 + 0.75) / 2) and wrong["score"] == pytest.approx(0.75 / 2)
 
 
 # --- reward-kit 0.4.1 ---------------------------------------------------------------------------------------------------

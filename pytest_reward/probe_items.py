@@ -15,7 +15,6 @@ A failing item lists the counter-examples: the original response and the mutated
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import warnings
 from array import array
@@ -83,6 +82,10 @@ class Originals:
     verdict_pass: bytearray = field(default_factory=bytearray)
     floor: float = 0.0
     ceiling: float | None = None
+    passed: bytearray = field(default_factory=bytearray)
+    """Whether each sample's own response passes (see :func:`pytest_reward.probes.passes`)."""
+    all_pass: bool = False
+    """Every sample's own response passes (so the floor is a passing score)."""
 
     def score(self, index: int) -> float | None:
         value = self.scores[index]
@@ -112,13 +115,20 @@ class ProbeTarget:
         self.notes: list[str] = []
         """What the executor had to say (a worker died, a chunk was retried): the next item warns."""
         self._originals: Originals | None = None
+        self._answered: list[tuple[Sample, str]] | None = None
 
     def answered(self) -> Iterator[tuple[Sample, str]]:
-        """Every sample with a response, and the response's text, in file order."""
+        """Every sample with a response, and the response's text, in file order (``sample`` granularity: found
+        once and kept with the samples; ``file``: streamed from the file each time)."""
+        if self._answered is not None:
+            return iter(self._answered)
         if self.samples is not None:
-            records: Any = self.samples
-        else:
-            records = iter_samples(self.path, max_line_bytes=self.settings.max_line_bytes, keys=False)
+            self._answered = list(self._read(self.samples))
+            return iter(self._answered)
+        return self._read(iter_samples(self.path, max_line_bytes=self.settings.max_line_bytes, keys=False))
+
+    @staticmethod
+    def _read(records: Any) -> Iterator[tuple[Sample, str]]:
         for record in records:
             if isinstance(record, Sample) and record.messages is not None:
                 text = response_text(record.messages)
@@ -160,6 +170,10 @@ class ProbeTarget:
             orig.floor = floor_of(valid)
             orig.ceiling = max(valid) if valid else None
             self._originals = orig
+            orig.passed = bytearray(
+                self.passes(orig.score(i), bool(orig.verdict_pass[i])) for i in range(len(orig.scores))
+            )
+            orig.all_pass = bool(orig.passed) and all(orig.passed)
         return self._originals
 
     def passes(self, score: float | None, verdict_pass: bool) -> bool:
@@ -217,6 +231,12 @@ class ProbeRun:
         if self.rule.kind == "info":
             what = "failing responses" if self.probe.name == "ground_truth_leak" else "mutated responses"
             return f"{self.passing} of {self.checked} {what} pass after the mutation"
+        orig = target.originals()
+        if self.rule.ref == "floor" and orig.all_pass:
+            return (
+                f"every sample passes, so the floor ({orig.floor:.4g}) is a passing score: add wrong answers to the "
+                "samples to give this rule teeth"
+            )
         return ""
 
 
@@ -225,12 +245,17 @@ def run_probe(target: ProbeTarget, probe: Probe, rule: Rule) -> ProbeRun:
     raises (a custom probe's bug) propagates; a reward that raises on a mutated response breaks the rule."""
     orig = target.originals()
     run = ProbeRun(probe, rule)
-    seed = target.settings.seed
+    prefix = f"{target.settings.seed}:{probe.name}:"
+    mutate = probe.mutate
+    threshold = target.fn.gates.threshold
+    scores, passed = orig.scores, orig.passed
     for block in target.segments():
         mutated: list[tuple[int, Sample, str, str]] = []
+        run.answered += len(block)
         for index, sample, text in block:
-            run.answered += 1
-            original_score = orig.score(index)
+            original_score: float | None = scores[index]
+            if original_score != original_score:  # NaN: no valid score
+                original_score = None
             view = ProbeSample(
                 text,
                 sample.messages or [],
@@ -240,10 +265,10 @@ def run_probe(target: ProbeTarget, probe: Probe, rule: Rule) -> ProbeRun:
                 id=sample.id,
                 line=sample.line,
                 original_score=original_score,
-                original_passed=target.passes(original_score, bool(orig.verdict_pass[index])),
-                seed=f"{seed}:{probe.name}:{sample.line}",
+                original_passed=bool(passed[index]),
+                seed=prefix + str(sample.line),
             )
-            new = probe.mutate(text, view)
+            new = mutate(text, view)
             if new is None:
                 continue
             if not isinstance(new, str):
@@ -252,19 +277,26 @@ def run_probe(target: ProbeTarget, probe: Probe, rule: Rule) -> ProbeRun:
                     "a probe returns the mutated response (a str) or None"
                 )
             mutated.append((index, sample, text, new))
-        variants = [
-            dataclasses.replace(sample, messages=with_response_text(sample.messages or [], new), expect=None)
-            for _, sample, _, new in mutated
-        ]
+        variants = [_variant(sample, new) for _, sample, _, new in mutated]
         for (index, sample, text, new), outcome in zip(mutated, target.score(variants), strict=True):
-            _check(run, target, orig, index, sample, text, new, outcome)
+            _check(run, orig, threshold, index, sample, text, new, outcome)
     return run
+
+
+def _variant(sample: Sample, response: str) -> Sample:
+    """The sample with ``response`` as its answer (no golden expectation: that was about the real answer)."""
+    messages = with_response_text(sample.messages or [], response)
+    if sample.has_ground_truth:
+        return Sample(
+            sample.path, sample.line, sample.id, messages, None, sample.ground_truth, None, sample.kwargs
+        )
+    return Sample(sample.path, sample.line, sample.id, messages, None, kwargs=sample.kwargs)
 
 
 def _check(
     run: ProbeRun,
-    target: ProbeTarget,
     orig: Originals,
+    threshold: float | None,
     index: int,
     sample: Sample,
     text: str,
@@ -285,7 +317,13 @@ def _check(
     else:
         score = outcome.score
         run.sum_mutated += orig.floor if score is None else score
-        passed = target.passes(score, outcome.verdict == PASS)
+        passed = score is not None and passes(
+            score,
+            verdict_pass=outcome.verdict == PASS,
+            threshold=threshold,
+            floor=orig.floor,
+            ceiling=orig.ceiling,
+        )
         run.passing += passed
         problem = run.rule.check(score, original, orig.floor, passed)
         if run.rule.kind == "info" and passed:
@@ -447,7 +485,7 @@ class ProbeItem(pytest.Item):
         lines = [
             f"  probe      {self.probe.name}: {self.probe.doc}",
             f"  rule       {self._rule_line()}",
-            f"  floor      {orig.floor:.4g} (the lower of 0 and the lowest score of the samples' own responses)",
+            f"  floor      {orig.floor:.4g} (the lowest score of the samples' own responses)",
             f"  checked    {run.checked} of {run.answered} responses"
             + (f" ({run.not_applicable} left alone: nothing to mutate)" if run.not_applicable else "")
             + (f"; the reward raised on {run.errors}" if run.errors else ""),

@@ -6,18 +6,20 @@ builds a mutated response from each sample's response (deterministically: the ra
 seeded by ``--reward-seed``, the probe and the sample), the reward function scores it exactly as it scores the
 samples (:mod:`pytest_reward.probe_items`), and the probe's **rule** says what that score may be:
 
-===================  ==========================================================================================
-rule                 holds when the mutated response's score ...
-===================  ==========================================================================================
-``<= floor``         is at most the function's *floor*: the lower of 0 and the lowest score of the samples'
-                     own responses (a response that earns nothing must not score above one that earns nothing)
-``<= original``      is at most the score of the sample's own response (the mutation must not help)
-``== original``      equals the score of the sample's own response (the reward is invariant to the mutation)
-``not pass``         does not pass: below the marker's ``threshold`` when one is declared; without one, a pass
-                     is a score above the floor that is as high as the best sample's (full credit)
-``info``             anything: the scores are reported, the probe never fails
-===================  ==========================================================================================
+=================  ==========================================================================================
+rule               holds when the mutated response's score ...
+=================  ==========================================================================================
+``<= floor``       is at most the function's *floor*: the lowest score of the samples' own responses (0 when
+                   none has one): a response that earns nothing must not beat the worst real answer
+``<= original``    is at most the score of the sample's own response (the mutation must not help)
+``== original``    equals the score of the sample's own response (the reward is invariant to the mutation)
+``not pass``       does not pass: below the marker's ``threshold`` when one is declared; without one, a pass
+                   is a score above the floor that is as high as the best sample's (full credit)
+``info``           anything: the scores are reported, the probe never fails
+=================  ==========================================================================================
 
+The floor is only as low as the samples make it: when every sample passes, ``<= floor`` rules compare with a
+passing score, and the probe's result says so (add wrong answers to the samples to give them teeth).
 ``<=`` and ``==`` rules take a tolerance for noisy rewards: ``"<= original + 0.05"``, ``"== original ± 0.02"``
 (``+-`` and ``+/-`` work too). A response with no valid score (``is_score_valid=False``, a non-finite score)
 earns nothing: it keeps every ``<=`` and ``not pass`` rule, and breaks ``== original`` unless the original had no
@@ -26,25 +28,30 @@ produce that response, and the trainer would get no score for it.
 
 The built-in probes (``probes="default"`` runs the first six):
 
-===================  ==============  ========================================================================
-probe                default rule    the mutated response, and why
-===================  ==============  ========================================================================
-``empty``            ``<= floor``    empty or whitespace: a policy that says nothing must not be paid
-``echo``             ``<= floor``    the user's last message, verbatim: repeating the question is no answer
-``stuffing``         ``not pass``    many candidate answers (numbers around the truth, every option letter,
-                                     the ground truth among decoys), the truth never first nor last: a
-                                     reward that finds the truth *anywhere* pays for guessing everything
-``repeat``           ``<= original`` the response three times: length or keyword counts must not pay
-``format_only``      ``<= floor``    the response's structure (``<think>``/``<answer>`` tags, ``\\boxed{}``,
-                                     JSON, code fences) with junk inside: form without content earns nothing
-``truncate``         ``not pass``    the response cut just before its final answer: no answer, no pass
-``case``             ``== original`` letters' case changed (not LaTeX commands, tags or code): only when the
-                                     reward is declared case-invariant by listing this probe
-``whitespace``       ``== original`` spaces doubled and the response padded (code blocks untouched): only
-                                     when declared whitespace-invariant by listing this probe
-``ground_truth_leak`` ``info``       a failing response with its final answer replaced by the ground truth:
-                                     how often a reward meant to grade reasoning passes a pasted answer
-===================  ==============  ========================================================================
+=====================  ===============  ====================================================================
+probe                  default rule     the mutated response, and why
+=====================  ===============  ====================================================================
+``empty``              ``<= floor``     empty or whitespace: a policy that says nothing must not be paid
+``echo``               ``<= floor``     the user's last message, verbatim: repeating the question is no
+                                        answer
+``stuffing``           ``not pass``     many candidate answers (numbers around the truth, every option
+                                        letter, the ground truth among decoys), the truth never first nor
+                                        last: a reward that finds the truth *anywhere* pays for guessing
+                                        everything
+``repeat``             ``<= original``  the response three times: length or keyword counts must not pay
+``format_only``        ``<= floor``     the response's structure (``<think>``/``<answer>`` tags,
+                                        ``\\boxed{}``, JSON, code fences) with junk inside: form without
+                                        content earns nothing
+``truncate``           ``not pass``     the response cut where its answer begins (the first mention of the
+                                        ground truth, else the last answer marker): no answer, no pass
+``case``               ``== original``  letters' case changed (not LaTeX commands, tags or code): only when
+                                        the reward is declared case-invariant by listing this probe
+``whitespace``         ``== original``  spaces doubled and the response padded (code blocks untouched): only
+                                        when declared whitespace-invariant by listing this probe
+``ground_truth_leak``  ``info``         a failing response with its final answer replaced by the ground
+                                        truth: how often a reward meant to grade reasoning passes a pasted
+                                        answer
+=====================  ===============  ====================================================================
 
 A probe applies to a sample when its mutation returns a string (``None``: nothing to mutate, e.g. ``stuffing``
 without a ground truth, ``format_only`` on a response without structure); only samples whose conversation ends
@@ -57,6 +64,7 @@ None`` (``sample`` is a :class:`ProbeSample`), or ``probes.register(...)`` in th
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 import math
 import random
@@ -74,6 +82,7 @@ __all__ = [
     "ProbeRegistry",
     "ProbeSample",
     "Rule",
+    "SeededRandom",
     "answer_start",
     "decorated_probes",
     "floor_of",
@@ -171,12 +180,8 @@ def parse_rule(text: Any) -> Rule:
 
 
 def floor_of(scores: Iterable[float | None]) -> float:
-    """The function's floor: the lower of 0 and the lowest valid score of the samples' own responses."""
-    low = 0.0
-    for s in scores:
-        if s is not None and s < low:
-            low = s
-    return low
+    """The function's floor: the lowest valid score of the samples' own responses (0 when none has one)."""
+    return min((s for s in scores if s is not None), default=0.0)
 
 
 def passes(
@@ -195,6 +200,48 @@ def passes(
 
 
 # --- what a mutation sees --------------------------------------------------------------------------------------
+
+
+class SeededRandom(random.Random):
+    """``random.Random`` on SplitMix64, seeded by a hash of any string: the same methods (``choice``,
+    ``shuffle``, ``randrange``, ``random``...) and the same sequence on every platform and process, for a
+    microsecond of seeding instead of the Mersenne Twister's ten (a probe seeds one per sample)."""
+
+    _MASK = (1 << 64) - 1
+
+    def seed(self, a: Any = None, version: int = 2) -> None:
+        digest = hashlib.blake2b(str(a).encode("utf-8", "surrogatepass"), digest_size=8).digest()
+        self._state = int.from_bytes(digest, "little")
+
+    def _next(self) -> int:
+        self._state = z = (self._state + 0x9E3779B97F4A7C15) & self._MASK
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & self._MASK
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & self._MASK
+        return z ^ (z >> 31)
+
+    def getrandbits(self, k: int) -> int:
+        if k <= 64:
+            return self._next() >> (64 - k) if k else 0
+        out, bits = 0, 0
+        while bits < k:
+            out, bits = (out << 64) | self._next(), bits + 64
+        return out >> (bits - k)
+
+    def random(self) -> float:
+        return (self._next() >> 11) * (1.0 / (1 << 53))
+
+    def _randbelow(self, n: int) -> int:  # type: ignore[override]
+        # what choice(), shuffle(), randrange() and sample() draw from: one step for any n < 2**32 (a modulo bias
+        # below 2**-32, nothing a probe can notice), instead of the base class's rejection loop in Python
+        if n <= 1 << 32:
+            return self._next() % n
+        return super()._randbelow(n)  # type: ignore[misc]
+
+    def getstate(self) -> Any:
+        return self._state
+
+    def setstate(self, state: Any) -> None:
+        self._state = state
 
 
 class ProbeSample:
@@ -282,7 +329,7 @@ class ProbeSample:
     @property
     def rng(self) -> random.Random:
         if self._rng is None:
-            self._rng = random.Random(self.seed)
+            self._rng = SeededRandom(self.seed)
         return self._rng
 
     def __repr__(self) -> str:
@@ -407,11 +454,15 @@ def _stuffing(response: str, sample: ProbeSample) -> str | None:
         for decoy in _decoys(truth, rng):
             if decoy and decoy not in truths and decoy not in candidates:
                 candidates.append(decoy)
-    rng.shuffle(candidates)
     if len(candidates) < 2:
         candidates += [c for c in ("none of the above", "unknown") if c not in truths]
+    draw = rng.getrandbits(64 * (1 + len(candidates) // 8))  # one draw, enough bits to order them all
+    for i in range(len(candidates) - 1, 0, -1):  # Fisher-Yates, the index digits read off the draw
+        draw, j = divmod(draw, i + 1)
+        candidates[i], candidates[j] = candidates[j], candidates[i]
     for truth in truths:  # never first nor last: a reward reading one answer (first or last) reads a decoy
-        candidates.insert(rng.randrange(1, len(candidates)), truth)
+        draw, k = divmod(draw, len(candidates) - 1)
+        candidates.insert(1 + k, truth)
     return "The answer could be " + ", or ".join(candidates) + "."
 
 
@@ -543,24 +594,19 @@ _ANSWER_MARKER = re.compile(
     r"<answer>|\\boxed\s*\{|####|\b(?:the\s+)?(?:final\s+answer\b|answer\s*(?:is\b|:))|\btherefore\b",
     re.IGNORECASE,
 )
-_LAST_NUMBER = re.compile(r"[-+]?\d+(?:[.,]\d+)*")
 #: How far before the answer itself an answer marker may start and still open it ("The final answer is \boxed{").
 _MARKER_REACH = 60
 
 
 def answer_start(response: str, ground_truth: Any) -> int:
-    """Where the response's final answer begins (its marker included: ``The answer is``, ``\\boxed{``,
-    ``<answer>``, ``####``); -1 when it cannot be told. The answer is the last occurrence of the ground truth,
-    else the last answer marker, else the last number."""
+    """Where the response's answer begins, its marker included (``The answer is``, ``\\boxed{``, ``<answer>``,
+    ``####``, ``Therefore``); -1 when it cannot be told. With a ground truth found in the response: its *first*
+    occurrence (cut there, the response never states the answer); otherwise the last answer marker."""
     markers = [m.start() for m in _ANSWER_MARKER.finditer(response)]
-    pos = max((response.rfind(t) for t in truth_texts(ground_truth)), default=-1)
-    if pos < 0 and markers:
-        pos = markers[-1]
+    found = [k for k in (response.find(t) for t in truth_texts(ground_truth)) if k >= 0]
+    pos = min(found) if found else (markers[-1] if markers else -1)
     if pos < 0:
-        numbers = list(_LAST_NUMBER.finditer(response))
-        if not numbers:
-            return -1
-        pos = numbers[-1].start()
+        return -1
     opening = [k for k in markers if k <= pos and pos - k <= _MARKER_REACH]
     return min(opening) if opening else pos
 
@@ -687,7 +733,7 @@ BUILTIN_PROBES: dict[str, Probe] = {
             _truncate,
             "not pass",
             "a response cut before its final answer must not pass",
-            "a final answer to find: the ground truth, an answer marker or a number",
+            "an answer to find: the ground truth in the response, or an answer marker",
         ),
         _builtin(
             "case",

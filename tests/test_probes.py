@@ -98,10 +98,8 @@ def test_the_default_probes_pass_a_robust_grader_and_catch_the_hackable_one(proj
     assert {p.verdict for p in result.probes if p.function == "boxed"} == {"PASS"}
     assert probes["substring", "stuffing"].verdict == "FAIL"
     assert probes["substring", "stuffing"].broken == 3
-    # "6*7 = 42, so \boxed{42}" cut before its answer still says 42: the substring grader passes it
-    truncate = probes["substring", "truncate"]
-    assert (truncate.verdict, truncate.broken) == ("FAIL", 1)
-    assert truncate.examples[0].mutated == "6*7 = 42, so"
+    # cut where the answer is first said ("6*7 =") the response has no answer: neither grader passes it
+    assert probes["substring", "truncate"].verdict == "PASS"
     assert result.verdict == "FAIL"
 
 
@@ -334,10 +332,17 @@ def test_custom_probe_by_hook(project):
             probes.register("negate", negate, rule="<= floor", doc="a negated answer earns nothing")
         """,
     )
-    project.jsonl("s.jsonl", [{"messages": msgs("capital?", "Paris"), "ground_truth": "Paris"}])
+    right = {"messages": msgs("capital?", "Paris"), "ground_truth": "Paris"}
+    project.jsonl("s.jsonl", [right])
+    negate = by_name(project.result("--reward-samples", "s.jsonl"))["mentions", "negate"]
+    # with only right answers the floor is a passing score (1): nothing can break "<= floor", and it says so
+    assert (negate.verdict, negate.floor) == ("PASS", 1.0)
+    assert negate.note.startswith("every sample passes, so the floor (1) is a passing score")
+    project.jsonl("s.jsonl", [right, {"messages": msgs("capital?", "Lyon"), "ground_truth": "Paris"}])
     result = project.result("--reward-samples", "s.jsonl")
     negate = by_name(result)["mentions", "negate"]
     assert (negate.verdict, negate.rule, negate.doc) == ("FAIL", "<= floor", "a negated answer earns nothing")
+    assert (negate.floor, negate.checked, negate.broken) == (0.0, 2, 1)
     assert negate.examples[0].mutated == "It is not Paris"
 
 
@@ -408,7 +413,7 @@ def test_xdist_gives_the_same_probes(project):
         "FAIL",
         "PASS",
         "PASS",
-        "FAIL",
+        "PASS",
     ]
 
 
@@ -497,7 +502,7 @@ def test_rule_checks():
 
 
 def test_floor_and_passes():
-    assert floor_of([0.4, 0.9]) == 0.0
+    assert floor_of([0.4, 0.9]) == 0.4
     assert floor_of([0.4, -0.5, None]) == -0.5
     assert floor_of([]) == 0.0
     assert passes(0.7, verdict_pass=True, threshold=0.5, floor=0.0, ceiling=1.0)
@@ -601,10 +606,13 @@ def test_format_only_keeps_the_structure_and_drops_the_content(seed, inner):
 
 
 def test_answer_start_finds_the_final_answer_and_its_marker():
-    assert answer_start("so 6*7 = 42. The final answer is \\boxed{42}.", "42") == 13
+    # the first mention of the ground truth, with the marker that opens it
+    assert answer_start("so 6*7 = 42. The final answer is \\boxed{42}.", "42") == 9
+    assert answer_start("so it is 6*7. The final answer is \\boxed{42}.", "42") == 14
+    # without one: the last answer marker
     assert answer_start("x <answer>7</answer>", None) == 2
-    assert answer_start("it is 12 or 13", None) == 12
-    assert answer_start("no numbers here", None) == -1
+    assert answer_start("2+2 is 4. Therefore the answer is 4", None) == 10
+    assert answer_start("it is 12 or 13", None) == -1
 
 
 def test_a_mutation_sees_private_copies():

@@ -760,7 +760,7 @@ def _probes(probes: list[Any]) -> str:
         '<section id="probes"><h3>Probes</h3>',
         _table(head, rows),
         '<p class="muted">each probe mutates every response of the samples and scores the mutation as the samples '
-        "are scored; floor: the lower of 0 and the lowest score of the samples' own responses</p>",
+        "are scored; floor: the lowest score of the samples' own responses</p>",
     ]
     for p in probes:
         examples = [e for e in _list(p.get("examples")) if isinstance(e, dict)]

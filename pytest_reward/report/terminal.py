@@ -239,6 +239,8 @@ def write_probes(tr: Any, probes: Sequence[ProbeResult], verbosity: int, markup:
             tr.write_line(f"INFO {where}", cyan=True)
         elif verbosity >= -1 and p.verdict == "SKIP":
             tr.write_line(f"SKIP {where}", yellow=True)
+        elif verbosity >= 0 and p.note:
+            tr.write_line(f"NOTE probe {p.probe} of {p.function} on {p.file}: {p.note}", yellow=True)
 
 
 def _console(markup: bool, width: int) -> Any:

@@ -38,13 +38,16 @@ def lean_prover_reward(
     * a definition whose proof contains ``sorry``/``admit``: 0.1 + 0.03 per tactic, at most 0.4
       (``check_partial_progress=False``: 0.1);
     * a definition without them: 0.5 + 0.08 per tactic, at most 0.9;
-    * the expected proof (``ground_truth``) found in the response, and no ``sorry``: 1.0.
+    * the expected proof (``ground_truth``) found in the proof — in the code of a response that states a
+      ``theorem``/``lemma``/``example`` (comments aside, whitespace normalised) — and no ``sorry``: 1.0.
 
     Metrics (always; reward-kit only with ``verbose=True``): ``syntax``, ``completeness``, ``tactics`` and,
     with a ground truth, ``expected_match``.
 
     Differences from reward-kit (deliberate): a proof containing ``sorry`` never scores 1.0 (reward-kit gave
-    1.0 whenever the expected proof text appeared, ``sorry`` or not); ``sorry`` and tactics inside comments,
+    1.0 whenever the expected proof text appeared, ``sorry`` or not); the expected proof counts only inside a
+    stated proof, not in a comment or in prose (reward-kit gave 1.0 to any text containing it: the ``stuffing``
+    probe's list of candidate tactics scored 1.0 without a theorem); ``sorry`` and tactics inside comments,
     and words that merely contain them (``sorryless``), are ignored;
     tactics need word boundaries (``exact`` no longer matches ``inexact``).
     """
@@ -71,7 +74,8 @@ def lean_prover_reward(
         reason = f"Complete proof with {'good complexity (' if tactics >= 5 else ''}{tactics} tactics{')' if tactics >= 5 else ''}"
     else:
         score, reason = 0.0, "Tactics without a theorem, lemma or example definition"
-    expected_match = bool(ground_truth) and str(ground_truth).strip().lower() in text.lower()
+    expected = " ".join(_COMMENT.sub(" ", str(ground_truth)).split()).lower() if ground_truth else ""
+    expected_match = bool(expected) and has_definition and expected in " ".join(code.split()).lower()
     if expected_match and not incomplete:
         score, reason = 1.0, "Perfect match with expected proof"
     metrics = {

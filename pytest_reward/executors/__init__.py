@@ -189,10 +189,12 @@ class _Deaths:
 class _Cost:
     """The measured seconds per sample of one function (a moving average over its chunks)."""
 
-    __slots__ = ("per_sample",)
+    __slots__ = ("chunk", "per_sample")
 
-    def __init__(self) -> None:
+    def __init__(self, chunk: int) -> None:
         self.per_sample: float | None = None
+        self.chunk = chunk
+        """Samples per chunk for this cost (:meth:`RemoteExecutor._chunk_size`)."""
 
     def add(self, seconds: float) -> None:
         self.per_sample = seconds if self.per_sample is None else 0.7 * self.per_sample + 0.3 * seconds
@@ -259,7 +261,7 @@ class RemoteExecutor(Executor):
         slots: deque[_Slot] = deque()
         inflight: dict[int, tuple[_Slot, _Task]] = {}
         deaths = _Deaths()
-        cost = _Cost()  # of this function: each stream measures its own
+        cost = _Cost(self._chunk_size(batch, None))  # of this function: each stream measures its own
         it = iter(entries)
         run: list[Sample] = []
         run_total = 0  # samples since the run began (a batch-mode function's runs end at ``segment``)
@@ -296,7 +298,7 @@ class RemoteExecutor(Executor):
                         if batch and run_total >= segment:
                             flush()
                             run_total = 0
-                        elif len(run) >= self._chunk_size(batch, cost.per_sample):
+                        elif len(run) >= cost.chunk:
                             flush()
                 while slots and slots[0].done:
                     yield from slots.popleft().outcomes()
@@ -305,7 +307,9 @@ class RemoteExecutor(Executor):
                 if not inflight:  # pragma: no cover - a slot that is not done has a task in flight
                     raise RuntimeError("executor stream: a pending slot without a task")
                 for task_id, status, value, seconds in self._collect(block=True):
-                    self._answer(invoker, inflight, task_id, status, value, seconds, deaths, cost, submit)
+                    self._answer(
+                        invoker, inflight, task_id, status, value, seconds, deaths, cost, batch, submit
+                    )
         finally:
             if inflight:
                 self._cancel(list(inflight))
@@ -324,6 +328,7 @@ class RemoteExecutor(Executor):
         seconds: float,
         deaths: _Deaths,
         cost: _Cost,
+        batch: int | None,
         submit: Any,
     ) -> None:
         entry = inflight.pop(task_id, None)
@@ -340,6 +345,7 @@ class RemoteExecutor(Executor):
             task.outcomes = outcomes
             if samples and seconds > 0:
                 cost.add(seconds / len(samples))
+                cost.chunk = self._chunk_size(batch, cost.per_sample)
             return
         if status == "ship":
             fn = invoker.fn

@@ -169,7 +169,9 @@ def _stamped(directory: Path) -> bool:
     return False
 
 
-def written_by_plugin(directory: Path, owned: Iterable[Path | None] = (), rootdir: Path | None = None) -> bool:
+def written_by_plugin(
+    directory: Path, owned: Iterable[Path | None] = (), rootdir: Path | None = None
+) -> bool:
     """Whether ``directory`` is something the plugin wrote, never to be collected or bundled again.
 
     * A deploy bundle or its package, and a report directory: they hold a ``manifest.json`` / ``summary.json``

@@ -138,7 +138,9 @@ def check_include(patterns: tuple[str, ...] | list[str]) -> None:
         if ".." in parts:
             raise BundleError(f"{where} leaves the rootdir ('..'); a bundle holds project files only")
         if any("**" in part and part != "**" for part in parts):
-            raise BundleError(f"{where} has '**' inside a path component; '**' must be a whole one (data/**/*.json)")
+            raise BundleError(
+                f"{where} has '**' inside a path component; '**' must be a whole one (data/**/*.json)"
+            )
 
 
 def _installed(path: Path) -> bool:

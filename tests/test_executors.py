@@ -442,3 +442,26 @@ def test_the_process_executor_does_not_import_ray(project):
         [sys.executable, "-c", PROBE], cwd=project.path, capture_output=True, text=True, timeout=120
     )
     assert "RAY False" in out.stdout, out.stdout + out.stderr
+
+
+def test_workers_do_not_outlive_a_controller_killed_with_sigkill(project):
+    project.file("rewards.py", SPINS)
+    project.jsonl("s.jsonl", [{"id": f"s{i}", "messages": msgs("q", "spin")} for i in range(4)])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--reward-samples", "s.jsonl",
+         "--reward-executor", "process", "--reward-workers", "1"],
+        cwd=project.path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        pid_file = project.path / "spinner.pid"
+        deadline = time.monotonic() + 120
+        while not pid_file.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        assert pid_file.exists(), "the worker never started scoring"
+        worker = int(pid_file.read_text())
+        proc.kill()  # no cleanup at all: the worker, spinning in a call that never returns, must end too
+        proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert _gone(worker), "a worker outlived its controller"

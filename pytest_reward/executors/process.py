@@ -11,6 +11,7 @@ retries it), a chunk still queued behind it is sent again as it was, and a fresh
 
 from __future__ import annotations
 
+import os
 import queue
 import signal
 import socket
@@ -26,6 +27,9 @@ from .worker import FunctionRef
 __all__ = ["ProcessExecutor"]
 
 _QUIT = object()
+_MAIN = (
+    "import sys; from pytest_reward.executors.worker import main; main(int(sys.argv[1]), int(sys.argv[2]))"
+)
 
 
 class _Worker:
@@ -35,12 +39,16 @@ class _Worker:
         ours, theirs = socket.socketpair()
         # A fresh interpreter running the worker module (not multiprocessing's spawn, which re-runs the parent's
         # main script in the child: a script that calls pytest.main() unguarded would start pytest again).
+        # Its own session: Ctrl-C at the terminal reaches the controller only (which cancels the chunks and ends
+        # the workers), and where the kernel groups a session's processes for scheduling (autogroup, Linux desktops
+        # and this project's machines), the workers are not squeezed into the pytest process's share. The worker
+        # asks to be killed when the controller dies (PR_SET_PDEATHSIG), so it never outlives it.
         self.process = subprocess.Popen(
-            [sys.executable, "-c", "import sys; from pytest_reward.executors.worker import main; main(int(sys.argv[1]))",
-             str(theirs.fileno())],
+            [sys.executable, "-c", _MAIN, str(theirs.fileno()), str(os.getpid())],
             pass_fds=(theirs.fileno(),),
             stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+            start_new_session=True,
+        )
         theirs.close()
         self.conn = Connection(ours.detach())
         self.index = index

@@ -202,11 +202,27 @@ def abandoned_calls(grace: float = 0.05) -> bool:
     return False
 
 
-def main(fd: int) -> None:
-    """Entry point of a ``process`` worker: serve on the socket the controller passed as file descriptor ``fd``."""
+def main(fd: int, controller: int) -> None:
+    """Entry point of a ``process`` worker: serve on the socket the controller (process ``controller``) passed as
+    file descriptor ``fd``; die with the controller."""
     from multiprocessing.connection import Connection
 
+    _die_with_parent(controller)
     serve(Connection(fd))
+
+
+def _die_with_parent(parent: int) -> None:
+    """Linux: SIGKILL this process when its parent ends (a worker in a session of its own must not outlive the
+    controller, even one killed with SIGKILL while the worker spins in a reward call)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:  # the controller was already gone
+        os._exit(1)
 
 
 def serve(conn: Connection) -> None:

@@ -413,6 +413,7 @@ class GroupAccumulator:
         self.n_below = 0
         self.n_fail = 0
         self._gated_metrics = {name for name, _ in gates.metrics}
+        self._metric_gates = gates.metric_map
         self.metric_values: dict[str, array] = {}
         self.metric_errors: dict[str, int] = {}
         self.metric_pass: dict[str, int] = {}
@@ -442,7 +443,7 @@ class GroupAccumulator:
                 self.metric_errors[name] = self.metric_errors.get(name, 0) + 1
             return
         self.scores.append(outcome.score)
-        gates = self.gates.metric_map
+        gates = self._metric_gates
         for name, value in outcome.metrics.items():
             self.metric_values.setdefault(name, array("d")).append(value["score"])
             mg = gates.get(name)

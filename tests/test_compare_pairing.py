@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -462,3 +463,48 @@ def test_keys_taken_while_reading_are_the_samples_own(messages, fields):
         (read,) = iter_samples(path)
     built = sample(record)
     assert (read.key, read.response_hash) == (built.key, built.response_hash)
+
+
+# --- the whole group's interval (stats.group_bootstrap_delta) ----------------------------------------------
+
+
+def test_group_interval_without_unpaired_samples_is_the_paired_one():
+    from pytest_reward.stats import group_bootstrap_delta, paired_bootstrap_delta
+
+    rng = np.random.default_rng(1)
+    before = rng.uniform(0, 1, 200)
+    after = before + rng.normal(-0.05, 0.1, 200)
+    (g,) = group_bootstrap_delta(after, before, [], [], (0.99,), seed=3, n_resamples=500)
+    p = paired_bootstrap_delta(after, before, 0.99, seed=3, n_resamples=500)
+    assert (g.estimate, g.low, g.high, g.method) == (p.estimate, p.low, p.high, p.method)
+
+
+def test_group_interval_estimate_method_and_seed():
+    from pytest_reward.stats import group_bootstrap_delta
+
+    rng = np.random.default_rng(2)
+    before, after = rng.uniform(0, 1, 300), rng.uniform(0, 1, 300)
+    new, removed = rng.uniform(0, 0.5, 40), rng.uniform(0.5, 1, 10)
+    g95, g99 = group_bootstrap_delta(after, before, new, removed, (0.95, 0.99), seed=5, n_resamples=1000)
+    expected = np.concatenate([after, new]).mean() - np.concatenate([before, removed]).mean()
+    assert g95.estimate == pytest.approx(expected) and g99.estimate == g95.estimate
+    assert g99.low <= g95.low <= g95.estimate <= g95.high <= g99.high
+    assert g95.method == "bootstrap over paired, new and removed samples (B=1000, seed=5)"
+    again = group_bootstrap_delta(after, before, new, removed, (0.95, 0.99), seed=5, n_resamples=1000)
+    assert again == [g95, g99]
+    # above the exact limit: the normal approximation of the same variance, which the bootstrap agrees with
+    (normal,) = group_bootstrap_delta(after, before, new, removed, (0.95,), exact_limit=100)
+    assert normal.method.startswith("normal approximation over paired, new and removed samples (n=350 > 100)")
+    assert normal.high - normal.low == pytest.approx(g95.high - g95.low, rel=0.15)
+
+
+def test_group_interval_keeps_the_pairing():
+    """Paired samples that move together: resampling them as pairs gives a narrow interval; new and removed
+    samples on their own side add their own variance only."""
+    from pytest_reward.stats import group_bootstrap_delta
+
+    rng = np.random.default_rng(4)
+    base = rng.uniform(0, 1, 500)
+    (g,) = group_bootstrap_delta(base + 0.01, base, [0.5], [0.5], seed=0, n_resamples=1000)
+    assert g.high - g.low < 0.01  # the two groups bootstrapped apart: about 0.07 wide
+    assert g.low > 0

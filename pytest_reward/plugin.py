@@ -288,7 +288,7 @@ class RewardHooks:
         controller = self.controller
         if (
             controller is not None
-            and (self.rs.collecting or self.rs.settings.deploy)
+            and (controller.result is not None or self.rs.collecting or self.rs.settings.deploy)
             and not session.config.option.collectonly
         ):
             interrupted = session.exitstatus == pytest.ExitCode.INTERRUPTED

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "message_text",
     "parse_chat_template",
     "prompt_of",
+    "render_chatml",
     "response_from_query",
     "with_response",
 ]
@@ -96,6 +97,21 @@ def cut_at_markers(text: str, markers: Sequence[str]) -> str:
     """``text`` before the first occurrence of any marker."""
     cut = min((k for k in (text.find(m) for m in markers if m) if k >= 0), default=-1)
     return text if cut < 0 else text[:cut]
+
+
+def render_chatml(messages: Sequence[Any], add_generation_prompt: bool = True) -> str:
+    """ChatML, as the engine's tokenizers render a chat without a template (messages: dicts or objects with
+    ``role`` and ``content``). The JAX engine keeps its own copy (it imports nothing from the plugin); the two
+    must render the same text: tests/jax/test_tokenizer.py compares them."""
+    turns = []
+    for m in messages:
+        if isinstance(m, Mapping):
+            role, content = m["role"], m.get("content")
+        else:
+            role, content = m.role, getattr(m, "content", "")
+        turns.append(f"<|im_start|>{role}\n{content or ''}<|im_end|>\n")
+    return "".join(turns) + ("<|im_start|>assistant\n" if add_generation_prompt else "")
+
 
 
 # --- what trainers send -------------------------------------------------------------------------------------

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import copy
 import random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
+from ..chat import render_chatml
 from ..errors import EvaluationError
 
 __all__ = ["Encoding", "ForeignEncoding", "JobConfig", "ModelJob", "ScoredContinuation", "as_job", "bind"]
@@ -154,18 +155,6 @@ class ForeignEncoding:
             return self.inner.apply_chat_template(messages, add_generation_prompt=add_generation_prompt)
         return render_chatml(messages, add_generation_prompt)
 
-
-def render_chatml(messages: Sequence[Any], add_generation_prompt: bool = True) -> str:
-    """ChatML, as the engine's tokenizers render a chat without a template (messages: dicts or objects with
-    ``role`` and ``content``)."""
-    turns = []
-    for m in messages:
-        if isinstance(m, Mapping):
-            role, content = m["role"], m.get("content")
-        else:
-            role, content = m.role, getattr(m, "content", "")
-        turns.append(f"<|im_start|>{role}\n{content or ''}<|im_end|>\n")
-    return "".join(turns) + ("<|im_start|>assistant\n" if add_generation_prompt else "")
 
 
 def bind(name: str, inference: Any, encoding: Any) -> tuple[ModelJob, Any]:

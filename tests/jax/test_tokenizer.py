@@ -222,3 +222,18 @@ def test_hf_start_token_is_what_the_checkpoint_declares(tmp_path):
     )
     with pytest.raises(TokenizerError, match=r"puts 2 tokens .* in front of a text.*start_token="):
         load_tokenizer(_hf_directory(tmp_path / "two", two))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["system", "user", "assistant", "tool"]), st.text(max_size=30)), max_size=5
+    ),
+    st.booleans(),
+)
+def test_the_engine_and_the_plugin_render_chatml_alike(turns, generation_prompt):
+    # The engine keeps its own copy (it imports nothing from the plugin); the evaluations use chat.py's.
+    from pytest_reward.chat import render_chatml as plugin_render
+
+    messages = [{"role": role, "content": content} for role, content in turns]
+    assert plugin_render(messages, generation_prompt) == render_chatml(messages, generation_prompt)

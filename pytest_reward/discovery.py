@@ -344,7 +344,7 @@ def marks_of(obj: Any) -> list[Any]:
 
 
 def _source_location(obj: Any, module: ModuleType | None) -> tuple[Path, int]:
-    inner = inspect.unwrap(obj)
+    inner = inspect.unwrap(getattr(obj, "__trainer_native__", obj))
     try:
         file = inspect.getsourcefile(inner) or inspect.getfile(inner)
         lineno = inner.__code__.co_firstlineno
@@ -372,13 +372,27 @@ class DiscoveryOptions:
 
 
 def _load_fn_spec(spec: str, opts: DiscoveryOptions, config: Any) -> tuple[Any, ModuleType | None]:
+    from .styles import StyleError, native_reward, split_style
+
+    style, spec_ = split_style(spec)
+    obj, module = _load_object(spec_, spec, opts, config)
+    if style is None and is_reward_function(obj):
+        return obj, module
+    # A trainer-native function: its style named by the prefix, or read from its parameters (see styles.py).
+    try:
+        return native_reward(obj, style), module
+    except StyleError as exc:
+        raise DiscoveryError(f"--reward-fn {spec}: {exc}") from None
+
+
+def _load_object(spec: str, given: str, opts: DiscoveryOptions, config: Any) -> tuple[Any, ModuleType]:
     if "::" in spec:
         file_part, _, attr = spec.partition("::")
         path = Path(file_part)
         if not path.is_absolute():
             path = (opts.invocation_dir / path).resolve()
         if not path.is_file():
-            raise DiscoveryError(f"--reward-fn {spec}: file {file_part} not found")
+            raise DiscoveryError(f"--reward-fn {given}: file {file_part} not found")
         if _matches(path, opts.python_files) and config is not None:
             from .pytest_private import import_test_module
 
@@ -389,14 +403,17 @@ def _load_fn_spec(spec: str, opts: DiscoveryOptions, config: Any) -> tuple[Any, 
         mod_name, _, attr = spec.partition(":")
         module = importlib.import_module(mod_name)
     else:
-        raise DiscoveryError(f"--reward-fn {spec}: expected path.py::name or package.module:name")
+        raise DiscoveryError(
+            f"--reward-fn {given}: expected path.py::name or package.module:name (a trainer-native function: "
+            f"STYLE:path.py::name)"
+        )
     obj: Any = module
     for part in attr.split("."):
         if not hasattr(obj, part):
-            raise DiscoveryError(f"--reward-fn {spec}: {module.__name__} has no attribute {attr!r}")
+            raise DiscoveryError(f"--reward-fn {given}: {module.__name__} has no attribute {attr!r}")
         obj = getattr(obj, part)
-    if not is_reward_function(obj):
-        raise DiscoveryError(f"--reward-fn {spec}: {attr!r} is not decorated with @reward_function")
+    if not callable(obj):
+        raise DiscoveryError(f"--reward-fn {given}: {attr!r} is {type(obj).__name__}, not a function")
     return obj, module
 
 

@@ -1,0 +1,243 @@
+"""Trainer-native reward functions as test subjects (issue 17.1): ``--reward-fn STYLE:path.py::name``, or the style
+read from the parameters when exactly one fits.
+
+The calling conventions are the trainers' own, read from their source (none of TRL, verl, OpenRLHF or slime imports
+on this CPU venv without torch):
+
+* TRL: ``trl/trainer/grpo_trainer.py`` ``GRPOTrainer._calculate_rewards`` (huggingface/trl mirror f2cd57710ae3,
+  wheel 1.16.0 line 1579): ``reward_func(prompts=..., completions=..., completion_ids=..., **reward_kwargs)`` with
+  every other column as an aligned list, ``trainer_state``, ``log_extra``, ``log_metric``; returns
+  ``list[float | None]``;
+* verl 0.9.1: ``verl/workers/reward_manager/naive.py:131`` calls ``compute_score(data_source=, solution_str=,
+  ground_truth=, extra_info=)`` with ``extra_info`` holding ``num_turns`` and ``rollout_reward_scores``; a dict's
+  ``score`` is the reward and its other keys ``reward_extra_info``;
+* OpenRLHF 0.11: ``openrlhf/utils/agent.py:198``: ``reward_func(queries, prompts, labels)`` → ``{"rewards", "scores",
+  "extra_logs"}``;
+* slime 624b824a898a: ``slime/rollout/rm_hub/__init__.py``: ``await custom_rm(args, sample)``, ``--group-rm``:
+  ``await custom_rm(args, samples)`` → list.
+(``/work/shared/reference/rl_integration.md`` §2.1, §3.3, §4.1, §6.1.)
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_reward.styles import StyleError, detect_style, native_reward, split_style
+
+from .conftest import msgs
+
+VERL = """
+    def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+        assert set(extra_info) >= {"num_turns", "rollout_reward_scores"}, extra_info
+        assert data_source == "openai/gsm8k", data_source
+        ok = solution_str.strip().endswith(str(ground_truth))
+        return {"score": 1.0 if ok else 0.0, "acc": ok, "pred": solution_str[-3:], "split": extra_info["split"]}
+"""
+
+ROWS = [
+    {
+        "id": "right",
+        "messages": msgs("2+40?", "It is 42"),
+        "ground_truth": "42",
+        "data_source": "openai/gsm8k",
+        "extra_info": {"split": "test", "index": 0},
+    },
+    {
+        "id": "wrong",
+        "messages": msgs("1+1?", "It is 3"),
+        "ground_truth": "2",
+        "data_source": "openai/gsm8k",
+        "extra_info": {"split": "test", "index": 1},
+    },
+]
+
+
+def test_verl_compute_score_is_scored_with_its_dict_extras_as_metrics(project):
+    project.file("my_reward.py", VERL)
+    project.jsonl("s.jsonl", ROWS)
+    result = project.run(
+        "--reward-samples", "s.jsonl", "--reward-fn", "verl:my_reward.py::compute_score",
+        "--reward-threshold", "0.5", "-v", "-rf",
+    )  # fmt: skip
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        ["*s.jsonl::compute_score?right? PASSED*", "*s.jsonl::compute_score?wrong? FAILED*"]
+    )
+    # acc (a bool in [0, 1]) is a metric; pred (a string) and split are named in the reason
+    result.stdout.fnmatch_lines(["*acc*"])
+    assert "split='test'" in result.stdout.str()
+
+
+def test_style_read_from_the_signature_when_only_one_fits(project):
+    project.file("my_reward.py", VERL)
+    project.jsonl("s.jsonl", ROWS[:1])
+    result = project.run("--reward-samples", "s.jsonl", "--reward-fn", "my_reward.py::compute_score", "-v")
+    result.assert_outcomes(passed=1)
+
+
+def test_an_ambiguous_signature_is_a_clear_error_naming_the_prefix(project):
+    project.file(
+        "my_reward.py",
+        """
+        def both(prompts, completions, solution_str=None, **kwargs):
+            return [1.0] * len(completions)
+
+        def neither(text, **kwargs):
+            return 1.0
+        """,
+    )
+    project.jsonl("s.jsonl", ROWS[:1])
+    result = project.run("--reward-samples", "s.jsonl", "--reward-fn", "my_reward.py::both")
+    assert result.ret != 0
+    result.stderr.fnmatch_lines(
+        ["*--reward-fn my_reward.py::both: both(prompts, completions, solution_str) fits several*(trl, verl)*"
+         "--reward-fn trl:*"]
+    )  # fmt: skip
+    result = project.run("--reward-samples", "s.jsonl", "--reward-fn", "my_reward.py::neither")
+    assert result.ret != 0
+    result.stderr.fnmatch_lines(
+        ["*'neither' is not decorated with @reward_function and its parameters (text) fit no trainer's*"]
+    )
+    # the prefix settles it
+    result = project.run("--reward-samples", "s.jsonl", "--reward-fn", "trl:my_reward.py::both", "-v")
+    result.assert_outcomes(passed=1)
+
+
+def test_trl_function_gets_batches_with_columns_and_none_is_invalid(project):
+    project.file(
+        "trl_reward.py",
+        """
+        import json, pathlib
+
+        def accuracy(prompts, completions, completion_ids=None, ground_truth=None, **kwargs):
+            # conversational format: prompts are message lists, completions [[assistant message]]
+            assert all(isinstance(p, list) and p[-1]["role"] == "user" for p in prompts), prompts
+            assert all(c[0]["role"] == "assistant" for c in completions), completions
+            assert len(completion_ids) == len(completions)
+            assert kwargs["trainer_state"] is None
+            kwargs["log_metric"]("batch_seen", 1.0)
+            pathlib.Path("calls.jsonl").open("a").write(json.dumps(len(completions)) + "\\n")
+            out = []
+            for c, gt, lvl in zip(completions, ground_truth, kwargs["level"]):
+                out.append(None if lvl == "skip" else float(c[0]["content"].endswith(gt)))
+            return out
+        """,
+    )
+    project.jsonl(
+        "s.jsonl",
+        [
+            {"id": "a", "messages": msgs("q", "is 4"), "ground_truth": "4", "level": "easy"},
+            {"id": "b", "messages": msgs("q", "is 5"), "ground_truth": "4", "level": "easy"},
+            {"id": "c", "messages": msgs("q", "is 4"), "ground_truth": "4", "level": "skip"},
+        ],
+    )
+    args = (
+        "--reward-samples",
+        "s.jsonl",
+        "--reward-fn",
+        "trl:trl_reward.py::accuracy",
+        "--reward-threshold",
+        "0.5",
+    )
+    result = project.run(*args, "-v", "-rf")
+    result.assert_outcomes(passed=1, failed=2)
+    result.stdout.fnmatch_lines(["*accuracy?a? PASSED*", "*accuracy?b? FAILED*", "*accuracy?c? FAILED*"])
+    result.stdout.fnmatch_lines(
+        ["*accuracy returned None for this sample (TRL leaves it out of the reward)*"]
+    )
+    (project.path / "calls.jsonl").unlink()
+    result = project.run(*args, "--reward-granularity", "file")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*2 of 3 samples failed (accuracy on s.jsonl)*"])
+    assert (project.path / "calls.jsonl").read_text().split() == ["3"]  # one TRL batch of the whole file
+
+
+@pytest.mark.parametrize("kind", ["dict", "tensor_like"])
+def test_openrlhf_reward_func_file(project, kind):
+    ret = '{"rewards": r, "scores": r, "extra_logs": {"len_ok": [1.0]}}' if kind == "dict" else "Rewards(r)"
+    project.file(
+        "reward_func.py",
+        f"""
+        class Rewards:  # what .tolist() gives back, as a torch tensor does
+            def __init__(self, v):
+                self.v = v
+            def tolist(self):
+                return list(self.v)
+
+        def reward_func(queries, prompts, labels):
+            assert prompts[0].startswith("<|im_start|>user\\n") and prompts[0].endswith("<|im_start|>assistant\\n")
+            assert queries[0].startswith(prompts[0])
+            r = [float(q[len(p):].strip().endswith(str(l))) for q, p, l in zip(queries, prompts, labels)]
+            return {ret}
+        """,
+    )
+    project.jsonl("s.jsonl", ROWS)
+    result = project.run(
+        "--reward-samples", "s.jsonl", "--reward-fn", "openrlhf:reward_func.py::reward_func",
+        "--reward-threshold", "0.5", "-v",
+    )  # fmt: skip
+    result.assert_outcomes(passed=1, failed=1)
+
+
+def test_slime_custom_rm_and_its_group_form(project):
+    project.file(
+        "slime_rm.py",
+        """
+        async def custom_rm(args, sample, **kwargs):
+            assert isinstance(sample.prompt, list) and sample.prompt[-1]["role"] == "user"
+            return float(sample.response.endswith(sample.label))
+
+        async def group_rm(args, samples, **kwargs):
+            return [{"score": float(s.response.endswith(s.label)), "idx": 0.5} for s in samples]
+        """,
+    )
+    project.jsonl("s.jsonl", ROWS)
+    for spec in (
+        "slime:slime_rm.py::custom_rm",
+        "slime-group:slime_rm.py::group_rm",
+        "slime_rm.py::custom_rm",
+    ):
+        result = project.run(
+            "--reward-samples", "s.jsonl", "--reward-fn", spec, "--reward-threshold", "0.5", "-v"
+        )  # fmt: skip
+        result.assert_outcomes(passed=1, failed=1)
+
+
+def test_a_bad_return_is_an_invalid_result_naming_it(project):
+    project.file(
+        "my_reward.py",
+        """
+        def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+            return {"acc": 1.0}
+        """,
+    )
+    project.jsonl("s.jsonl", ROWS[:1])
+    result = project.run("--reward-samples", "s.jsonl", "--reward-fn", "verl:my_reward.py::compute_score")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*compute_score returned a dict without 'score'*"])
+
+
+def test_the_style_prefix_cannot_clash_with_package_module_name():
+    assert split_style("verl:pkg.mod:compute_score") == ("verl", "pkg.mod:compute_score")
+    assert split_style("trl:rewards.py::f") == ("trl", "rewards.py::f")
+    # a module called `trl` (or `verl`) with an attribute stays package.module:name
+    assert split_style("trl:f") == (None, "trl:f")
+    assert split_style("verl.utils:f") == (None, "verl.utils:f")
+    assert split_style("mystyle:pkg:f") == (None, "mystyle:pkg:f")
+
+
+def test_detection_and_fit_errors_in_process():
+    def trl_fn(completions, **kwargs):
+        return [1.0] * len(completions)
+
+    def no_kwargs(prompts, completions):
+        return [1.0]
+
+    assert detect_style(trl_fn) == "trl"
+    with pytest.raises(StyleError, match=r"needs a 'completions' parameter and \*\*kwargs"):
+        native_reward(no_kwargs, "trl")
+    with pytest.raises(StyleError, match="unknown style 'grpo'"):
+        native_reward(trl_fn, "grpo")
+    reward = native_reward(trl_fn)
+    out = reward(rollouts_messages=[msgs("q", "a"), msgs("q", "b")], ground_truth=[None, None])
+    assert [r.score for r in out] == [1.0, 1.0]

@@ -107,7 +107,13 @@ class SamplesFile(pytest.File):
                     self,
                     name=fn.name,
                     fn=fn,
-                    invoker=Invoker(fn, label, runs=settings.runs, timeout=settings.timeout),
+                    invoker=Invoker(
+                        fn,
+                        label,
+                        runs=settings.runs,
+                        timeout=settings.timeout,
+                        replay_tolerance=settings.replay_tolerance,
+                    ),
                     rs=rs,
                 )
             return
@@ -121,7 +127,13 @@ class SamplesFile(pytest.File):
                 callobj=may_use_model,
                 fixtureinfo=fixtureinfo,
                 fn=fn,
-                invoker=Invoker(fn, label, runs=settings.runs, timeout=settings.timeout),
+                invoker=Invoker(
+                    fn,
+                    label,
+                    runs=settings.runs,
+                    timeout=settings.timeout,
+                    replay_tolerance=settings.replay_tolerance,
+                ),
                 rs=rs,
             )
             rs.rollouts.expect_reader(label, item.rollout_settings())
@@ -164,7 +176,13 @@ class SamplesFile(pytest.File):
             )
         fixtureinfo = None
         for fn in functions:
-            invoker = Invoker(fn, label, runs=settings.runs, timeout=settings.timeout)
+            invoker = Invoker(
+                fn,
+                label,
+                runs=settings.runs,
+                timeout=settings.timeout,
+                replay_tolerance=settings.replay_tolerance,
+            )
             batch = (
                 BatchScheduler(invoker, [s for s in samples if not s.prompt_only], settings.batch_size)
                 if invoker.batch

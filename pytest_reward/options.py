@@ -208,6 +208,15 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(None, "reward_bootstrap_resamples", "int", 2000, "Bootstrap resamples for confidence intervals."),
     Option(
+        "--reward-replay-tolerance",
+        "reward_replay_tolerance",
+        "float",
+        None,
+        "Rollout dumps (verl's rollout/validation JSONL): fail a sample whose recomputed reward differs from the "
+        "score the trainer recorded by more than T.",
+        metavar="T",
+    ),
+    Option(
         "--reward-runs",
         "reward_runs",
         "int",
@@ -432,6 +441,8 @@ class Settings:
     seed: int = 0
     n_resamples: int = 2000
     runs: int = 1
+    replay_tolerance: float | None = None
+    """``--reward-replay-tolerance``: how far a recomputed reward may be from a dump's recorded one (None: unchecked)."""
     flaky_spread: float = 0.1
     preview: int = 0
     report_dir: Path | None = None
@@ -694,6 +705,9 @@ def resolve(config: pytest.Config) -> Settings:
             "reward_bootstrap_resamples", *values["reward_bootstrap_resamples"], minimum=100
         ),
         runs=_positive("--reward-runs", *values["reward_runs"]),
+        replay_tolerance=None
+        if values["reward_replay_tolerance"][0] is None
+        else _at_least("--reward-replay-tolerance", *values["reward_replay_tolerance"]),
         flaky_spread=values["reward_flaky_spread"][0],
         preview=_positive("--reward-preview", *values["reward_preview"], minimum=0),
         report_dir=_path(

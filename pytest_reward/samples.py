@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .chat import conversation
 from .errors import SampleFormatError
 
 __all__ = [
@@ -118,6 +119,8 @@ class Sample:
     record: dict[str, Any] | None = None
     _key: str | None = field(default=None, repr=False, compare=False)
     _response: Any = field(default=_MISSING, repr=False, compare=False)
+    recorded: float | None = None
+    """The score a trainer recorded for this sample (a rollout dump's ``score``): ``--reward-replay-tolerance``."""
 
     @property
     def has_ground_truth(self) -> bool:
@@ -394,6 +397,8 @@ def parse_record(record: Any, path: Path, line: int) -> Sample:
     """Validate one decoded JSON value. Raises ``SampleFormatError`` naming the offending field."""
     if not isinstance(record, dict):
         raise SampleFormatError(f"each line must be a JSON object, got {type(record).__name__}")
+    if "input" in record and "output" in record and "messages" not in record and "prompt" not in record:
+        return _verl_dump_row(record, path, line)
     messages = record.get("messages", _MISSING)
     prompt = record.get("prompt")
     if messages is _MISSING:
@@ -440,6 +445,30 @@ def parse_record(record: Any, path: Path, line: int) -> Sample:
     # Positional (cheaper than keywords, once per sample): path, line, id, messages, prompt, ground_truth,
     # expect, kwargs, record.
     return Sample(path, line, sample_id, messages, prompt, ground_truth, expect, kwargs, record)
+
+
+#: The columns of a verl rollout / validation dump row (``RayPPOTrainer._write_generations``); the rest are the
+#: reward manager's ``reward_extra_info`` (what the trainer's scoring returned: kept in ``record``, never passed).
+_VERL_DUMP = ("input", "output", "gts", "score", "step")
+
+
+def _verl_dump_row(record: dict[str, Any], path: Path, line: int) -> Sample:
+    """A row of verl's ``trainer.rollout_data_dir`` / ``validation_data_dir`` dump: ``input`` (the prompt, chat
+    template applied), ``output`` (the response), ``gts`` (the ground truth), ``score`` (the reward verl computed:
+    kept as :attr:`Sample.recorded`), ``step``."""
+    inp, out = record["input"], record["output"]
+    if not isinstance(inp, str) or not isinstance(out, str):
+        raise SampleFormatError(
+            f"verl dump row: 'input' and 'output' must be strings, got {_describe(inp)} and {_describe(out)}"
+        )
+    score = record.get("score")
+    recorded = None if score is None else _number(score, "verl dump row 'score'")
+    messages = conversation(inp, out)
+    ground_truth = record["gts"] if record.get("gts") is not None else _MISSING
+    kwargs = {"step": record["step"]} if "step" in record else {}
+    sample = Sample(path, line, None, messages, None, ground_truth, None, kwargs, record)
+    sample.recorded = recorded
+    return sample
 
 
 _scan = json.JSONDecoder().scan_once

@@ -20,6 +20,7 @@ from .call import MISSING, Reward, call_within, describe_exception, run_coroutin
 from .chat import conversation_excerpt
 from .errors import InvalidResult, RewardTimeout
 from .results import FAIL, SampleOutcome, judge
+from .samples import Bound, Expect
 
 if TYPE_CHECKING:
     from .discovery import RewardFn
@@ -70,8 +71,18 @@ Scored = tuple["EvaluateResult", "list[float] | None"]
 class Invoker:
     """Calls one reward function on samples (``runs`` times each, averaging, for stochastic rewards)."""
 
-    def __init__(self, fn: RewardFn, file_label: str, *, runs: int = 1, timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        fn: RewardFn,
+        file_label: str,
+        *,
+        runs: int = 1,
+        timeout: float | None = None,
+        replay_tolerance: float | None = None,
+    ) -> None:
         self.fn = fn
+        self.replay_tolerance = replay_tolerance
+        """A recorded score (a rollout dump's) must be met within this (None: not checked)."""
         self.file_label = file_label
         self.runs = runs
         self.timeout = fn.gates.timeout if fn.gates.timeout is not None else timeout
@@ -178,6 +189,9 @@ class Invoker:
         duration: float = 0.0,
     ) -> SampleOutcome:
         expect = sample.expect.for_function(self.fn.name, self.fn.spec.name) if sample.expect else None
+        if self.replay_tolerance is not None and sample.recorded is not None:
+            replay = Bound(equals=sample.recorded, tol=self.replay_tolerance)
+            expect = Expect(score=replay, metrics=expect.metrics if expect else ())
         verdict, score, metrics, failures, below = judge(result, self.fn.gates, expect, error=error)
         if self.light:
             user = response = None

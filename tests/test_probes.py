@@ -169,6 +169,33 @@ def test_probes_score_through_the_same_path_runs_and_timeouts(project):
     assert len(calls) == 14
 
 
+def test_batch_mode_functions_are_probed_in_batches(project):
+    project.file(
+        "rewards.py",
+        """
+        import pytest
+        from pytest_reward import reward_function, EvaluateResult
+
+        @pytest.mark.reward(threshold=1.0, probes=["stuffing", "empty"])
+        @reward_function(mode="batch")
+        def contains(rollouts_messages, ground_truth=None, **kwargs):
+            with open("batches.txt", "a") as fh:
+                fh.write(f"{len(rollouts_messages)}\\n")
+            return [
+                EvaluateResult(score=float(str(gt) in m[-1]["content"]), reason="contains")
+                for m, gt in zip(rollouts_messages, ground_truth)
+            ]
+        """,
+    )
+    project.jsonl("s.jsonl", [{"messages": msgs("q", f"it is {i}"), "ground_truth": str(i)} for i in range(5)])
+    probes = by_name(project.result("--reward-samples", "s.jsonl", "--reward-batch-size", "4"))
+    assert (probes["contains", "stuffing"].verdict, probes["contains", "stuffing"].broken) == ("FAIL", 5)
+    assert probes["contains", "empty"].verdict == "PASS"
+    batches = (project.path / "batches.txt").read_text().split()
+    # sample items: 4 + 1; the originals: 4 + 1; each probe: 4 + 1
+    assert batches == ["4", "1"] * 4
+
+
 def test_a_probe_applies_to_no_sample_is_skipped_with_the_reason(project):
     graders(project, '["stuffing"]', [{"messages": msgs("q", "\\boxed{1}")}])
     result = project.run("--reward-samples", "s.jsonl", "-rs", "-k", "boxed")

@@ -1,9 +1,13 @@
-"""Jit-compiled programs of the inference engine: rollout (prefill + cached decode), scoring, plain logits.
+"""Jit-compiled programs of the inference engine: rollouts (prefill + cached decode), scoring, plain logits.
 
 Each program is one module-level function; the shapes and the static arguments (model config, number of cache
 slots for new tokens, sampling mode, stop ids) pick a compiled executable. :class:`~.inference.InferenceJob`
 compiles them ahead of time per shape bucket and keeps the executables in a dict, so Python only loops over
 batches.
+
+Two rollout programs compute the same tokens. :func:`rollout` decodes a static batch until its longest row stopped;
+:func:`rollout_refill` (continuous batching) keeps ``batch`` slots busy over a queue of prompts, a stopped row's
+slot taking the next prompt, so a batch no longer waits for its longest row.
 
 Sampling is reproducible per row: row ``r`` with ids ``(prompt_index, sample_index)`` draws token ``t`` with
 ``fold_in(fold_in(fold_in(PRNGKey(seed), prompt_index), sample_index), t)``. A prompt's samples therefore do not
@@ -12,10 +16,12 @@ depend on the batch it lands in, on its neighbours or on the number of devices.
 
 from __future__ import annotations
 
-from typing import Literal
+import functools
+from typing import Any, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import Mesh, PartitionSpec
 
 from . import model
 from .config import ModelConfig
@@ -47,7 +53,8 @@ def choose_tokens(
     top_p: jax.Array,
     mode: Mode,
 ) -> jax.Array:
-    """Pick one token per row. logits (B, V) float32, keys (B, 2) -> (B,) int32.
+    """Pick one token per row. logits (B, V) float32, keys (B, 2), step () or (B,) int32 the index of the token in
+    its row's generation -> (B,) int32.
 
     ``greedy``: argmax. Otherwise ``logits / temperature``, then (``filtered``) keep the ``top_k`` largest
     (``0`` = all) and the smallest set whose probability reaches ``top_p`` (inclusive nucleus: the token that
@@ -66,7 +73,7 @@ def choose_tokens(
         last = jnp.sum(keep, axis=-1, keepdims=True) - 1
         threshold = jnp.take_along_axis(srt, last, axis=-1)  # (B, 1)
         x = jnp.where(x >= threshold, x, -jnp.inf)
-    step_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, step)
+    step_keys = jax.vmap(jax.random.fold_in)(keys, jnp.broadcast_to(step, keys.shape[:1]))
     return jax.vmap(jax.random.categorical)(step_keys, x).astype(jnp.int32)
 
 
@@ -125,6 +132,149 @@ def rollout(
 
     steps, out, *_ = jax.lax.while_loop(cond, body, (jnp.int32(1), out, cache, first, pos, done))
     return out, steps
+
+
+class Slots(NamedTuple):
+    """The decoding slots of a refill rollout (:func:`rollout_refill`): B rows in flight and the queue's outputs."""
+
+    cache: model.KVCache  # per layer (B, KV, P + N, Dh) keys and values
+    prompt_mask: jax.Array  # (B, P) bool: the prompt columns of the row in the slot
+    row: jax.Array  # (B,) int32: the queue row in the slot
+    made: jax.Array  # (B,) int32: tokens that row has produced
+    tok: jax.Array  # (B,) int32: the last of them, at cache column P + made - 1
+    pos: jax.Array  # (B,) int32: the position of tok
+    keys: jax.Array  # (B, 2) uint32: the row's PRNG key
+    active: jax.Array  # (B,) bool: the row is still decoding (False: the slot is free)
+    out: jax.Array  # (Q, N) int32: the tokens of every queue row
+    next: jax.Array  # () int32: the next queue row to admit
+    steps: jax.Array  # () int32: decode steps run
+
+
+def rollout_refill(
+    params: model.Params,
+    tokens: jax.Array,
+    mask: jax.Array,
+    row_ids: jax.Array,
+    n_rows: jax.Array,
+    seed: jax.Array,
+    max_new: jax.Array,
+    temperature: jax.Array,
+    top_k: jax.Array,
+    top_p: jax.Array,
+    *,
+    cfg: ModelConfig,
+    batch: int,
+    new_slots: int,
+    mode: Mode,
+    stop_ids: tuple[int, ...],
+    group: int,
+) -> tuple[jax.Array, jax.Array]:
+    """Continuous batching: decode a queue of prompts through ``batch`` slots, a finished row's slot taking the next
+    prompt, until the queue is empty and every row stopped.
+
+    tokens (Q, P) int32 and mask (Q, P) bool are the queue's left-padded prompts, row_ids (Q, 2) int32 their
+    (prompt index, sample index); the first n_rows (1,) int32 rows are real, in the order they are admitted. The
+    other arguments are those of :func:`rollout`. The compiled step has one shape, whatever the mix of rows: each
+    slot holds a cache of ``P + new_slots`` columns laid out as :func:`rollout` lays out a row (its prompt in
+    ``[0, P)``, its token ``t`` in column ``P + t``) and its own step counter, so a row's tokens are computed as
+    :func:`rollout` computes them, from its own prompt and PRNG key only, whichever rows share the batch.
+
+    Free slots are refilled ``group`` at a time (one prefill of (group, P) tokens), as soon as ``group`` slots (or
+    the rest of the queue) are free; up to ``group - 1`` slots wait idle meanwhile. A row stops after a stop id or
+    ``max_new`` tokens, as in :func:`rollout`.
+
+    Returns out (Q, N) int32, row q's tokens in ``out[q, :made]`` (later columns are 0), and the number of decode
+    steps run, (1,) int32.
+    """
+    Q, P = tokens.shape
+    B, N, R = batch, new_slots, group
+    n_rows = n_rows[0]
+    stops = jnp.asarray(stop_ids, jnp.int32)
+    dtype = params["embed"].dtype
+    shape = (B, cfg.n_kv_heads, P + N, cfg.head_dim)
+    zeros_b = jnp.zeros((B,), jnp.int32)
+    s0 = Slots(
+        cache=tuple((jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(cfg.n_layers)),
+        prompt_mask=jnp.zeros((B, P), bool),
+        row=zeros_b,
+        made=zeros_b,
+        tok=zeros_b,
+        pos=zeros_b,
+        keys=jnp.zeros((B, 2), jnp.uint32),
+        active=jnp.zeros((B,), bool),
+        out=jnp.zeros((Q, N), jnp.int32),
+        next=jnp.int32(0),
+        steps=jnp.int32(0),
+    )
+
+    def room(s: Slots) -> jax.Array:
+        left = n_rows - s.next
+        return (left > 0) & (jnp.sum(~s.active) >= jnp.minimum(R, left))
+
+    def admit(s: Slots) -> Slots:
+        """Prefill the next (up to) R queue rows into the first R free slots and pick their first tokens."""
+        k = jnp.minimum(jnp.minimum(R, jnp.sum(~s.active)), n_rows - s.next)
+        take = jnp.arange(R) < k  # (R,)
+        slot = jnp.argsort(s.active.astype(jnp.int32), stable=True)[:R]  # free slots first, in slot order
+        q = jnp.minimum(s.next + jnp.arange(R), Q - 1)  # (R,) queue rows
+        tk, mk = tokens[q], mask[q] & take[:, None]  # (R, P)
+        x, kvs = model.hidden_states(params, cfg, tk, mk)  # x (R, P, D)
+        logits = model.unembed(params, cfg, x[:, -1])  # (R, V)
+        keys = _row_keys(seed, row_ids[q])
+        first = choose_tokens(logits, keys, jnp.int32(0), temperature, top_k, top_p, mode)  # (R,)
+        dest = jnp.where(take, slot, B)  # B is out of range: the scatter drops it
+        cache = tuple(
+            (
+                ck.at[dest, :, :P].set(kn.astype(ck.dtype), mode="drop"),
+                cv.at[dest, :, :P].set(vn.astype(cv.dtype), mode="drop"),
+            )
+            for (ck, cv), (kn, vn) in zip(s.cache, kvs, strict=True)
+        )
+        done = jnp.isin(first, stops) | (max_new <= 1)
+
+        def put(a: jax.Array, v: jax.Array) -> jax.Array:
+            return a.at[dest].set(v, mode="drop")
+
+        return Slots(
+            cache=cache,
+            prompt_mask=put(s.prompt_mask, mk),
+            row=put(s.row, q),
+            made=put(s.made, jnp.ones((R,), jnp.int32)),
+            tok=put(s.tok, first),
+            pos=put(s.pos, jnp.sum(mk, axis=-1).astype(jnp.int32)),
+            keys=put(s.keys, keys),
+            active=put(s.active, ~done),
+            out=s.out.at[jnp.where(take, q, Q), 0].set(first, mode="drop"),
+            next=s.next + k,
+            steps=s.steps,
+        )
+
+    def step(s: Slots) -> Slots:
+        """One token for every slot; a row that stops frees its slot."""
+        valid = jnp.concatenate([s.prompt_mask, jnp.arange(N)[None, :] < s.made[:, None]], axis=1)  # (B, S)
+        logits, cache = model.decode_step(params, cfg, s.cache, s.tok, s.pos, P + s.made - 1, valid)
+        nxt = choose_tokens(logits, s.keys, s.made, temperature, top_k, top_p, mode)  # (B,)
+        out = s.out.at[jnp.where(s.active, s.row, Q), jnp.minimum(s.made, N - 1)].set(nxt, mode="drop")
+        made = s.made + s.active
+        stopped = jnp.isin(nxt, stops) | (made >= max_new)
+        return s._replace(
+            cache=cache,
+            made=made,
+            tok=jnp.where(s.active, nxt, s.tok),
+            pos=s.pos + s.active,
+            active=s.active & ~stopped,
+            out=out,
+            steps=s.steps + 1,
+        )
+
+    def busy(s: Slots) -> jax.Array:
+        return (s.next < n_rows) | jnp.any(s.active)
+
+    def body(s: Slots) -> Slots:
+        return step(jax.lax.while_loop(room, admit, s))
+
+    s = jax.lax.while_loop(busy, body, s0)
+    return s.out, s.steps[None]
 
 
 def rollout_no_cache(
@@ -207,6 +357,24 @@ def predict(
 def logits(params: model.Params, tokens: jax.Array, mask: jax.Array, *, cfg: ModelConfig) -> jax.Array:
     """tokens/mask (B, T) -> logits (B, T, V) float32."""
     return model.forward(params, cfg, tokens, mask)
+
+
+@functools.cache
+def refill_program(mesh: Mesh) -> Any:
+    """:func:`rollout_refill` jitted for ``mesh``: every device of its ``"batch"`` axis runs its own slots over its
+    share of the queue (the queue's rows and ``n_rows`` are sharded on axis 0, parameters and scalars replicated),
+    so devices never wait for each other. Static arguments as :func:`rollout_refill`'s, ``batch`` per device."""
+    rows, same = PartitionSpec("batch"), PartitionSpec()
+
+    def rollout_refill_sharded(params, tokens, mask, row_ids, n_rows, *scalars, **static):  # type: ignore[no-untyped-def]
+        local = functools.partial(rollout_refill, **static)
+        specs = (same, rows, rows, rows, rows, *[same] * len(scalars))
+        run = jax.shard_map(local, mesh=mesh, in_specs=specs, out_specs=(rows, rows), check_vma=False)
+        return run(params, tokens, mask, row_ids, n_rows, *scalars)
+
+    return jax.jit(
+        rollout_refill_sharded, static_argnames=("cfg", "batch", "new_slots", "mode", "stop_ids", "group")
+    )
 
 
 rollout_jit = jax.jit(rollout, static_argnames=("cfg", "new_slots", "mode", "stop_ids"))

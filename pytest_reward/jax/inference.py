@@ -18,16 +18,25 @@ already begins with the start token (a chat template that writes it) does not ge
 sequences as given.
 
 Shape buckets. A rollout call pads every prompt (left) to one length bucket ``P`` (a power of two >= 16, capped at
-``block_size``), rounds ``max_new_tokens`` up to a bucket ``N`` for the cache, and splits the rows into batches
-of ``B = per_device_batch_size * devices`` (fewer rows: the next power of two). One executable per ``(B, P, N,
-sampling mode)`` is compiled ahead of time and kept in ``self._executables``, so 8, 64 or 256 prompts of the same
-length range compile once. Scoring works the same way with ``(B, T)`` buckets.
+``block_size - max_new_tokens``), rounds ``max_new_tokens`` up to a bucket ``N`` for the cache, and decodes its
+rows (prompts x samples) ``B = per_device_batch_size * devices`` at a time (fewer rows: the next power of two). One
+executable per ``(B, P, N, sampling mode)`` is compiled ahead of time and kept in ``self._executables``, so 8, 64
+or 256 prompts of the same length range compile once. Scoring works the same way with ``(B, T)`` buckets.
 
-Batches in flight. A compiled call runs one batch; the host dispatches the calls asynchronously (the devices queue
-them) and then collects the results. ``chunk_size`` (every batched method takes it) bounds how many batches are
-dispatched before the host waits for their results, i.e. how many batches' inputs and outputs can be held in
-device memory at once; ``None`` (default) dispatches all of them. theseus's ``chunk_size`` bounded the batches one
-compiled call scanned over, for the same reason. The results do not depend on it.
+Slot refill (continuous batching, the default). The ``B`` rows in flight are slots: when a row stops (end-of-text,
+a single-token stop, or ``max_new_tokens``), its slot takes the next prompt of the call, prefilled into the slot's
+cache, while the other slots go on decoding; the compiled step keeps one shape (every slot has ``P + N`` cache
+columns and its own step counter). One compiled call decodes up to ``64 B`` rows (a window; more rows: several
+calls) and returns when all of them stopped, so a batch never waits for its longest row. A row's tokens depend on
+its prompt and its PRNG key only (see :mod:`.generate`): greedy rows are the tokens of static batching
+(``batching="static"``: batches of ``B`` rows, each decoded until its longest row stopped), sampled rows do not
+depend on the rows around them, on ``B`` or on the device count, and results come back in input order.
+
+Batches in flight. A compiled call runs one batch (a window, with refill); the host dispatches the calls
+asynchronously (the devices queue them) and then collects the results. ``chunk_size`` (every batched method takes
+it) bounds how many calls are dispatched before the host waits for their results, i.e. how many calls' inputs and
+outputs can be held in device memory at once; ``None`` (default) dispatches all of them. theseus's ``chunk_size``
+bounded the batches one compiled call scanned over, for the same reason. The results do not depend on it.
 
 Devices. The batch axis is sharded over every device of the mesh (``jax.devices()``; ``XLA_FLAGS=
 --xla_force_host_platform_device_count=2`` makes two CPU devices), parameters are replicated. Several hosts: call
@@ -65,6 +74,7 @@ from .config import ModelConfig
 from .tokenizer import ByteTokenizer, Tokenizer, load_tokenizer
 
 FinishReason = Literal["eot", "stop", "length"]
+Batching = Literal["refill", "static"]
 
 
 @dataclass(frozen=True)
@@ -128,6 +138,18 @@ class InferenceState(NamedTuple):
     """The theseus-style ``state``: anything with ``.params``."""
 
     params: model.Params
+
+
+#: A refill rollout call takes at most this many batches of rows (more rows: several calls).
+REFILL_WINDOW = 64
+#: Free slots are refilled by groups of ``max(1, slots // REFILL_GROUP_DIVISOR)`` prompts (one prefill each).
+REFILL_GROUP_DIVISOR = 8
+
+
+def _dealt(n: int, Q: int, devices: int) -> np.ndarray:
+    """Queue positions of rows 0..n-1 dealt in turn to ``devices`` equal shares of a queue of ``Q`` rows."""
+    i = np.arange(n)
+    return (i % devices) * (Q // devices) + i // devices
 
 
 def _bucket(n: int, minimum: int, cap: int) -> int:
@@ -362,6 +384,7 @@ class InferenceJob:
         truncate: Literal["error", "left"] = "error",
         ignore_eos: bool = False,
         chunk_size: int | None = None,
+        batching: Batching = "refill",
     ) -> list[Rollout]:
         """Generate continuations of text prompts (or chats: lists of ``{"role", "content"}`` messages).
 
@@ -375,7 +398,8 @@ class InferenceJob:
         Every prompt is read after the job's :attr:`start_token` (when it has one). A prompt needs
         ``len(prompt_tokens) + max_new_tokens <= block_size`` (the start token counted); a longer one raises
         ``ValueError`` unless ``truncate="left"``, which keeps the start token and the prompt's last tokens. An empty
-        prompt is the start token alone, else the end-of-text token. ``chunk_size``: see the module docstring.
+        prompt is the start token alone, else the end-of-text token. ``chunk_size`` and ``batching`` (``"refill"``,
+        the default, or ``"static"``; the same tokens either way): see the module docstring.
         """
         texts = [p if isinstance(p, str) else self.tokenizer.apply_chat_template(p) for p in prompts]
         encoded = self.tokenizer.encode_batch(texts, allowed_special="all")
@@ -392,6 +416,7 @@ class InferenceJob:
             ignore_eos=ignore_eos,
             stop_token_ids=self.single_token_stops(stops),
             chunk_size=chunk_size,
+            batching=batching,
         )
         results = []
         for row, gen in enumerate(gens):
@@ -455,13 +480,15 @@ class InferenceJob:
         ignore_eos: bool = False,
         stop_token_ids: Sequence[int] = (),
         chunk_size: int | None = None,
+        batching: Batching = "refill",
     ) -> tuple[list[list[int]], list[list[int]]]:
         """Token-level rollout: prompt id lists -> (``len(prompts) * n`` generated id lists, prompts as fed).
 
         The prompts are ids as the tokenizer encodes text; each is fed after the start token (:meth:`with_start_token`),
         and the prompts as fed are returned. A generated list ends with the stop token that ended it, if any (see
         :meth:`rollout` for the rest). ``stop_token_ids`` end rows too, besides the end-of-text/eos tokens (not
-        with ``ignore_eos``).
+        with ``ignore_eos``). ``batching``: ``"refill"`` (default) or ``"static"``, see the module docstring; the
+        tokens are the same.
         """
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -469,6 +496,8 @@ class InferenceJob:
             raise ValueError(f"n must be >= 1, got {n}")
         if temperature < 0 or not 0 < top_p <= 1 or top_k < 0:
             raise ValueError(f"invalid sampling: temperature={temperature}, top_k={top_k}, top_p={top_p}")
+        if batching not in ("refill", "static"):
+            raise ValueError(f"batching must be 'refill' or 'static', got {batching!r}")
         limit = self.block_size - max_new_tokens
         if limit < 1:
             raise ValueError(
@@ -498,7 +527,6 @@ class InferenceJob:
         P = _bucket(max(len(f) for f in fed), 16, limit)
         new_slots = _bucket(max_new_tokens, 16, 1 << 30)
         B = self._batch_rows(len(rows))
-        params = self.state.params
         scalars = (
             self._put_scalar(seed, np.uint32),
             self._put_scalar(max_new_tokens, np.int32),
@@ -508,6 +536,37 @@ class InferenceJob:
         )
         stop_ids = () if ignore_eos else tuple(sorted({*self.stop_token_ids, *map(int, stop_token_ids)}))
         static = {"cfg": self.config, "new_slots": new_slots, "mode": mode, "stop_ids": stop_ids}
+        if batching == "refill":
+            out = self._refill(fed, rows, P, B, scalars, static, chunk_size)
+        else:
+            out = self._static(fed, rows, P, B, scalars, static, chunk_size)
+        stop_set = set(stop_ids)
+        gens = []
+        for r in out:
+            gen = r[:max_new_tokens].tolist()
+            for k, t in enumerate(gen):
+                if t in stop_set:
+                    gen = gen[: k + 1]
+                    break
+            gens.append(gen)
+        if samples != n:
+            gens = [g for g in gens for _ in range(n)]
+        self.stats.rollout_rows += len(gens)
+        return gens, fed
+
+    def _static(
+        self,
+        fed: list[list[int]],
+        rows: list[tuple[int, int]],
+        P: int,
+        B: int,
+        scalars: tuple[jax.Array, ...],
+        static: dict[str, Any],
+        chunk_size: int | None,
+    ) -> np.ndarray:
+        """Static batching: rows ``(prompt index, sample index)`` in batches of ``B``, each decoded until its longest
+        row stopped. Returns the new tokens (len(rows), N) int32."""
+        params = self.state.params
 
         def batches() -> Iterator[Any]:
             for start in range(0, len(rows), B):
@@ -529,20 +588,52 @@ class InferenceJob:
         for out, steps in self._in_chunks(batches(), chunk_size):
             outs.append(out)
             self.stats.decode_steps += int(steps)
-        out = np.concatenate(outs)[: len(rows)]
-        stop_set = set(stop_ids)
-        gens = []
-        for r in out:
-            gen = r[:max_new_tokens].tolist()
-            for k, t in enumerate(gen):
-                if t in stop_set:
-                    gen = gen[: k + 1]
-                    break
-            gens.append(gen)
-        if samples != n:
-            gens = [g for g in gens for _ in range(n)]
-        self.stats.rollout_rows += len(gens)
-        return gens, fed
+        return np.concatenate(outs)[: len(rows)]
+
+    def _refill(
+        self,
+        fed: list[list[int]],
+        rows: list[tuple[int, int]],
+        P: int,
+        B: int,
+        scalars: tuple[jax.Array, ...],
+        static: dict[str, Any],
+        chunk_size: int | None,
+    ) -> np.ndarray:
+        """Continuous batching (:func:`~.generate.rollout_refill`): rows go through ``B`` slots, in windows of at most
+        ``B * REFILL_WINDOW`` queue rows per compiled call (near-equal windows; a call drains its slots before it
+        returns). On several devices the window's rows are dealt to them in turn and each runs ``B / devices`` slots.
+        Returns the new tokens (len(rows), N) int32 in row order."""
+        r = self.replicas
+        Q = B * REFILL_WINDOW
+        windows = -(-len(rows) // Q)
+        size = -(-len(rows) // windows)
+        local = B // r
+        static = {**static, "batch": local, "group": max(1, local // REFILL_GROUP_DIVISOR)}
+        fn = generate.refill_program(self.mesh)
+        params = self.state.params
+
+        def calls() -> Iterator[Any]:
+            for start in range(0, len(rows), size):
+                chunk = rows[start : start + size]
+                at = _dealt(len(chunk), Q, r)  # queue position of each row
+                tokens = np.full((Q, P), self.tokenizer.pad_token, np.int32)
+                mask = np.zeros((Q, P), bool)
+                ids = np.zeros((Q, 2), np.int32)
+                tokens[at], mask[at] = self.pad([fed[i] for i, _ in chunk], self.tokenizer.pad_token, P)
+                ids[at] = chunk
+                n_rows = np.bincount(np.arange(len(chunk)) % r, minlength=r).astype(np.int32)
+                args = tuple(self._put_batch(a) for a in (tokens, mask, ids, n_rows))
+                exe = self._executable("rollout_refill", fn, (params, *args, *scalars), static)
+                yield exe(params, *args, *scalars)
+
+        outs = []
+        for (out, steps), start in zip(
+            self._in_chunks(calls(), chunk_size), range(0, len(rows), size), strict=True
+        ):
+            outs.append(out[_dealt(min(size, len(rows) - start), Q, r)])
+            self.stats.decode_steps += int(steps.max())
+        return np.concatenate(outs)
 
     def rollout_raw(
         self,
@@ -555,6 +646,7 @@ class InferenceJob:
         top_p: float = 1.0,
         seed: int | None = None,
         chunk_size: int | None = None,
+        batching: Batching = "refill",
     ) -> np.ndarray:
         """theseus's ``return_type="raw_indices"`` layout, for RL consumers: int32 (N, P + max_new_tokens).
 
@@ -577,6 +669,7 @@ class InferenceJob:
             top_p=top_p,
             seed=seed,
             chunk_size=chunk_size,
+            batching=batching,
         )
         tokens, _ = self.pad(fed, self.tokenizer.pad_token, P)
         out = np.empty((len(gens), P + max_new_tokens), np.int32)

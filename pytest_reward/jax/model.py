@@ -242,10 +242,12 @@ def decode_step(
 ) -> tuple[jax.Array, KVCache]:
     """One new token per row through the network, reading and extending the KV cache.
 
-    token (B,) int32, pos (B,) int32 its position, slot () int32 the cache slot to write, valid (B, S) bool the
-    slots this token may attend to (it must include ``slot``). Returns logits (B, V) float32 and the new cache.
+    token (B,) int32, pos (B,) int32 its position, slot () int32 the cache slot to write (or (B,) int32, one per
+    row), valid (B, S) bool the slots this token may attend to (it must include ``slot``). Returns logits (B, V)
+    float32 and the new cache.
     """
     B = token.shape[0]
+    rows = jnp.arange(B)
     x = _embed(params, cfg, token[:, None], pos[:, None])  # (B, 1, D)
     allowed = valid[:, None, None, None, :]  # (B, 1, 1, 1, S)
     new_cache = []
@@ -253,10 +255,13 @@ def decode_step(
         q, k, v = _split_qkv(_linear(lp["qkv"], _norm(lp["attn_norm"], x, cfg)), cfg)  # q (B,KV,G,1,Dh)
         if cfg.family == "llama":
             q, k = _rope(q, pos[:, None], cfg), _rope(k, pos[:, None], cfg)
-        ck = jax.lax.dynamic_update_slice(ck, k.astype(ck.dtype), (0, 0, slot, 0))  # (B, KV, S, Dh)
-        cv = jax.lax.dynamic_update_slice(cv, v.astype(cv.dtype), (0, 0, slot, 0))
+        if jnp.ndim(slot) == 0:
+            ck = jax.lax.dynamic_update_slice(ck, k.astype(ck.dtype), (0, 0, slot, 0))  # (B, KV, S, Dh)
+            cv = jax.lax.dynamic_update_slice(cv, v.astype(cv.dtype), (0, 0, slot, 0))
+        else:  # k, v (B, KV, 1, Dh) -> row b's column slot[b]
+            ck = ck.at[rows, :, slot].set(k[:, :, 0].astype(ck.dtype))
+            cv = cv.at[rows, :, slot].set(v[:, :, 0].astype(cv.dtype))
         x = x + _linear(lp["out"], _attend(q, ck, cv, allowed, cfg))
         x = x + _mlp(lp, _norm(lp["mlp_norm"], x, cfg), cfg)
         new_cache.append((ck, cv))
     return unembed(params, cfg, x.reshape(B, -1)), tuple(new_cache)
-

@@ -78,12 +78,17 @@ def test_compile_count_is_constant_as_prompts_grow():
     assert counts[0] == counts[1] == counts[2] == (1, 1)
 
 
-def test_one_job_compiles_one_executable_per_batch_bucket():
+@pytest.mark.parametrize("batching", ["refill", "static"])
+def test_one_job_compiles_one_executable_per_batch_bucket(batching):
     job = _fresh_random_gpt(max_positions=125, per_device_batch_size=32)
     for n_prompts in (8, 64, 256, 100):
-        job.rollout(random_prompts(n_prompts, 3, 40, seed=n_prompts), max_new_tokens=8)
+        job.rollout(random_prompts(n_prompts, 3, 40, seed=n_prompts), max_new_tokens=8, batching=batching)
     assert job.stats.compiles == 2  # 8 rows -> a batch of 8; more rows -> batches of 32
-    assert sorted(key[1][0][0] for key in job.stats.compile_keys) == [(8, 64), (32, 64)]
+    if batching == "static":
+        assert sorted(key[1][0][0] for key in job.stats.compile_keys) == [(8, 64), (32, 64)]
+    else:  # slots per device; the queue holds 64 batches of rows whatever their number
+        assert sorted(dict(key[2])["batch"] for key in job.stats.compile_keys) == [8, 32]
+        assert sorted(key[1][0][0] for key in job.stats.compile_keys) == [(8 * 64, 64), (32 * 64, 64)]
 
 
 def test_compile_count_grows_with_new_shape_buckets():
@@ -95,7 +100,9 @@ def test_compile_count_grows_with_new_shape_buckets():
     job.rollout(["x" * 40], 4)  # prompt bucket 16 -> 64
     job.rollout(["ab"], 4, temperature=1.0)  # greedy -> sample
     assert job.stats.compiles == 3
-    assert {k[0] for k in job.stats.compile_keys} == {"rollout"}
+    assert {k[0] for k in job.stats.compile_keys} == {"rollout_refill"}
+    job.rollout(["ab"], 4, batching="static")  # the other program
+    assert job.stats.compiles == 4
 
 
 def test_same_seed_same_text_and_different_seed_different_text(random_gpt):
@@ -284,9 +291,7 @@ def test_predictions_are_the_argmax_of_the_logits(random_gpt, hf_checkpoints):
         assert [g.tolist() for g in got] == [e.tolist() for e in expected]
         # several vocabulary chunks (the running max must keep the first index of the maximum)
         tokens, mask = job.pad(seqs, job.tokenizer.pad_token, 48)
-        chunked = np.asarray(
-            gen_mod.predict_jit(job.params, tokens, mask, cfg=job.config, vocab_chunk=50)
-        )
+        chunked = np.asarray(gen_mod.predict_jit(job.params, tokens, mask, cfg=job.config, vocab_chunk=50))
         for row, seq, e in zip(chunked, seqs, expected, strict=True):
             assert row[48 - len(seq) :].tolist() == e.tolist()
 

@@ -27,9 +27,10 @@ from .items import (
 )
 from .probe_items import ProbeItem, ProbeTarget, session_probes
 from .pytest_private import fixture_info
-from .samples import Sample, SampleError, count_lines, iter_samples
+from .samples import Sample, SampleError
 from .scoring import Invoker
 from .session import RewardSession, session_key
+from .sources import DatasetError, check_dataset, count_samples, read_samples
 from .thresholds import GateError, validate_marker
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ __all__ = ["EvaluationsModule", "SamplesFile", "evaluation_item", "listed_evalua
 
 
 class SamplesFile(pytest.File):
-    """A JSONL samples file: items for every reward function that meets it."""
+    """A samples file (JSONL, Parquet, Arrow): items for every reward function that meets it."""
 
     def collect(self) -> Iterator[pytest.Item]:
         rs = self.config.stash[session_key]
@@ -55,11 +56,14 @@ class SamplesFile(pytest.File):
         ]
         if not functions:
             return
+        problem = check_dataset(self.path)  # a file met by a glob (named ones are checked at configure)
+        if problem is not None:
+            raise self.CollectError(problem)
         settings = rs.settings
         label = rs.rel(self.path)
         granularity = settings.granularity
         if granularity == "auto":
-            lines = count_lines(self.path, limit=settings.max_items_per_file)
+            lines = count_samples(self.path, limit=settings.max_items_per_file)
             granularity = "sample" if lines <= settings.max_items_per_file else "file"
         probed = self._probed(rs, functions)
         if granularity == "file":
@@ -146,7 +150,10 @@ class SamplesFile(pytest.File):
         settings = rs.settings
         errors: list[SampleError] = []
         seen: dict[str, int] = {}
-        for record in iter_samples(self.path, max_line_bytes=settings.max_line_bytes):
+        records = read_samples(
+            self.path, max_line_bytes=settings.max_line_bytes, fields=dict(settings.sample_fields)
+        )
+        for record in _guarded(records, self):
             if isinstance(record, SampleError):
                 errors.append(record)
             elif record.id is not None and record.id in seen:
@@ -154,7 +161,8 @@ class SamplesFile(pytest.File):
                     SampleError(
                         record.path,
                         record.line,
-                        f"duplicate id {record.id!r} (first at line {seen[record.id]})",
+                        f"duplicate id {record.id!r} (first at {record.unit} {seen[record.id]})",
+                        record.unit,
                     )
                 )
             else:
@@ -211,6 +219,14 @@ class SamplesFile(pytest.File):
         prompt_only = [s for s in samples if s.prompt_only]
         if prompt_only:
             rs.rollouts.register(label, prompt_only)
+
+
+def _guarded(records: Iterator[Sample | SampleError], collector: pytest.Collector) -> Iterator[Any]:
+    """A dataset that turns out corrupt past its footer is a collection error naming it."""
+    try:
+        yield from records
+    except DatasetError as exc:
+        raise collector.CollectError(str(exc)) from None
 
 
 class EvaluationsModule(pytest.File):

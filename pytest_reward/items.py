@@ -22,9 +22,10 @@ from .executors import RewardExecutorWarning, ShipError
 from .failure import RewardFailure, RewardRepr, describe_outcome, user_frames
 from .pytest_private import TerminalRepr, structured_node_id
 from .results import FAIL, TEXT_KEPT, GroupAccumulator, SampleOutcome, bound_texts, row_json
-from .samples import Sample, SampleError, iter_samples
+from .samples import Sample, SampleError
 from .scoring import Invoker, error_outcome
 from .session import REWARD_DATA, RewardSession, session_key
+from .sources import read_samples
 from .wire import crash_data, file_data, outcomes_data
 
 if TYPE_CHECKING:
@@ -127,7 +128,9 @@ class _OneSample(_Located):
             self.user_properties.append((f"reward.metric.{name}", m["score"]))
         self.user_properties.append(("reward.verdict", outcome.verdict))
         self.set_reward_data(
-            outcomes_data([self.group], [outcome], outcome.verdict, rollouts=rollouts, rows=[row] if row else None)
+            outcomes_data(
+                [self.group], [outcome], outcome.verdict, rollouts=rollouts, rows=[row] if row else None
+            )
         )
 
     def _fail(self, outcome: SampleOutcome, headline: str | None = None, detail: Sequence[str] = ()) -> None:
@@ -242,7 +245,8 @@ class LineErrorItem(_RewardItem):
 
     def runtest(self) -> None:
         self.set_reward_data(outcomes_data(self.groups, self._outcomes(self.error.message), FAIL))
-        raise RewardFailure(f"{self.file_label}:{self.error.line}: {self.error.message}", [])
+        where = self.error.line if self.error.unit == "line" else f"row {self.error.line}"
+        raise RewardFailure(f"{self.file_label}:{where}: {self.error.message}", [])
 
     def repr_failure(
         self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None
@@ -320,7 +324,10 @@ class _FileRun:
         chunk_index = 0
         # Keys (numbered duplicates, response hashes) only when the run stores per-sample data: they cost a hash.
         keys = settings.needs_record or settings.needs_rows
-        for record in iter_samples(self.path, max_line_bytes=settings.max_line_bytes, keys=keys):
+        records = read_samples(
+            self.path, max_line_bytes=settings.max_line_bytes, keys=keys, fields=dict(settings.sample_fields)
+        )
+        for record in records:
             problem = None
             if isinstance(record, SampleError):
                 problem = record.message
@@ -396,7 +403,11 @@ class _FileRun:
                         rows.write("\n".join(pending) + "\n")
                         pending.clear()
                         pending_chars = 0
-                if outcome.failures or outcome.metrics or (outcome.reason and len(outcome.reason) > TEXT_KEPT):
+                if (
+                    outcome.failures
+                    or outcome.metrics
+                    or (outcome.reason and len(outcome.reason) > TEXT_KEPT)
+                ):
                     bound_texts(outcome)  # what is kept below (and the flaky list) holds bounded texts
                 if record is not None:
                     record.add(outcome)

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from .samples import not_a_regular_file
+from .sources import SUFFIXES, check_dataset, parse_fields
 from .thresholds import GateError, Gates, parse_quantile_text, validate_marker
 
 __all__ = ["OPTIONS", "Option", "Settings", "register", "resolve"]
@@ -53,7 +54,7 @@ OPTIONS: tuple[Option, ...] = (
         None,
         "paths",
         [],
-        "JSONL samples file (repeatable, globs allowed); meets every reward function found.",
+        "Samples file: JSONL, Parquet or Arrow (repeatable, globs allowed); meets every reward function found.",
         metavar="PATH",
         append=True,
     ),
@@ -86,8 +87,17 @@ OPTIONS: tuple[Option, ...] = (
         "reward_samples_glob",
         "args",
         [],
-        "File patterns of JSONL files collected like test files; "
+        "File patterns of samples files (JSONL, Parquet, Arrow) collected like test files; "
         "they meet the reward functions of their directory tree.",
+    ),
+    Option(
+        None,
+        "reward_sample_fields",
+        "args",
+        [],
+        "Which column of a Parquet / Arrow samples file is what: TARGET=column or TARGET=column.field (targets: "
+        "messages, prompt, response, ground_truth, id, or a keyword argument); without it, verl's and TRL's "
+        "schemas are recognised.",
     ),
     Option(
         "--reward-threshold",
@@ -426,6 +436,8 @@ class Settings:
     reward_modules: tuple[str, ...] = ()
     evaluations: tuple[str, ...] = ()
     samples_glob: tuple[str, ...] = ()
+    sample_fields: tuple[tuple[str, str], ...] = ()
+    """ini ``reward_sample_fields``: (target, dotted column path) for Parquet / Arrow samples files."""
     defaults: Gates = field(default_factory=Gates)
     granularity: str = "auto"
     max_items_per_file: int = 10000
@@ -576,6 +588,13 @@ def _expand_samples(values: list[str], base: Path) -> tuple[Path, ...]:
     return tuple(out)
 
 
+def _sample_fields(value: tuple[Any, str]) -> tuple[tuple[str, str], ...]:
+    try:
+        return tuple(parse_fields(value[0], value[1]).items())
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
 def _refuse_special(source: str, path: Path) -> None:
     """Usage error when ``path`` is a FIFO, socket or device: read, it would block or never end (a ``stat``, never
     an ``open``)."""
@@ -584,6 +603,9 @@ def _refuse_special(source: str, path: Path) -> None:
         raise pytest.UsageError(
             f"{source}: is {kind}, not a regular file; samples files must be JSONL files on disk"
         )
+    problem = check_dataset(path) if path.is_file() else None
+    if problem is not None:
+        raise pytest.UsageError(f"{source}: {problem}")
 
 
 def _check_positional_samples(args: list[str], base: Path) -> None:
@@ -591,7 +613,7 @@ def _check_positional_samples(args: list[str], base: Path) -> None:
     it as "not found", or collect nothing)."""
     for arg in args:
         head = arg.split("::", 1)[0]
-        if head.endswith(".jsonl"):
+        if head.endswith(SUFFIXES):
             path = Path(os.path.expanduser(head))
             _refuse_special(head, path if path.is_absolute() else base / path)
 
@@ -687,6 +709,7 @@ def resolve(config: pytest.Config) -> Settings:
         reward_modules=tuple(values["reward_modules"][0]),
         evaluations=tuple(values["reward_evaluations"][0]),
         samples_glob=tuple(values["reward_samples_glob"][0]),
+        sample_fields=_sample_fields(values["reward_sample_fields"]),
         defaults=defaults,
         granularity=_granularity(values["reward_granularity"], values["reward_executor"]),
         executor=values["reward_executor"][0],

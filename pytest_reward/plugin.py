@@ -13,6 +13,7 @@ from . import options
 from .errors import UsageError
 from .fixtures import inference_job  # noqa: F401  (a fixture: pytest finds it on the plugin module)
 from .session import MODEL_MISSING, REWARD_DATA, RewardSession, session_key
+from .sources import SUFFIXES
 
 if TYPE_CHECKING:
     from .controller import RunController
@@ -148,7 +149,7 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
-    if file_path.suffix != ".jsonl":
+    if not file_path.name.endswith(SUFFIXES):
         return None
     rs = _state(parent.config)
     if rs is None:

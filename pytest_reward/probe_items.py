@@ -41,9 +41,10 @@ from .probes import (
 )
 from .pytest_private import TerminalRepr, skip_at_item
 from .results import PASS
-from .samples import Sample, iter_samples
+from .samples import Sample
 from .scoring import Invoker
 from .session import REWARD_DATA, RewardSession
+from .sources import read_samples
 from .wire import probe_data
 
 if TYPE_CHECKING:
@@ -125,7 +126,14 @@ class ProbeTarget:
         if self.samples is not None:
             self._answered = list(self._read(self.samples))
             return iter(self._answered)
-        return self._read(iter_samples(self.path, max_line_bytes=self.settings.max_line_bytes, keys=False))
+        return self._read(
+            read_samples(
+                self.path,
+                max_line_bytes=self.settings.max_line_bytes,
+                keys=False,
+                fields=dict(self.settings.sample_fields),
+            )
+        )
 
     @staticmethod
     def _read(records: Any) -> Iterator[tuple[Sample, str]]:

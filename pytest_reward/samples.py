@@ -37,6 +37,7 @@ __all__ = [
     "SampleError",
     "count_lines",
     "iter_samples",
+    "keyer",
     "not_a_regular_file",
     "parse_expect",
     "parse_record",
@@ -121,6 +122,8 @@ class Sample:
     _response: Any = field(default=_MISSING, repr=False, compare=False)
     recorded: float | None = None
     """The score a trainer recorded for this sample (a rollout dump's ``score``): ``--reward-replay-tolerance``."""
+    unit: str = "line"
+    """What ``line`` counts: ``"line"`` (JSONL) or ``"row"`` (a dataset: ``sources.read_samples``)."""
 
     @property
     def has_ground_truth(self) -> bool:
@@ -129,11 +132,11 @@ class Sample:
     @property
     def label(self) -> str:
         """The item-name part: the sample's ``id``, else ``line-N``."""
-        return _safe_label(self.id) if self.id is not None else f"line-{self.line}"
+        return _safe_label(self.id) if self.id is not None else f"{self.unit}-{self.line}"
 
     @property
     def location(self) -> str:
-        return f"{self.path.name}:{self.line}"
+        return f"{self.path.name}:{self.line}" if self.unit == "line" else f"{self.path.name}:row {self.line}"
 
     @property
     def prompt_only(self) -> bool:
@@ -269,6 +272,12 @@ def _no_keys(item: Sample | SampleError) -> Sample | SampleError:
     return item
 
 
+def keyer(keys: bool = True) -> Any:
+    """What :func:`iter_samples` applies to each record of one file (keys and response hashes, or none): for the
+    other readers of samples (``sources.read_samples``)."""
+    return _Keys() if keys else _no_keys
+
+
 @dataclass(frozen=True, slots=True)
 class SampleError:
     """A line that is not a valid sample."""
@@ -276,14 +285,16 @@ class SampleError:
     path: Path
     line: int
     message: str
+    unit: str = "line"
+    """What ``line`` counts: ``"line"`` (JSONL) or ``"row"`` (a dataset)."""
 
     @property
     def location(self) -> str:
-        return f"{self.path.name}:{self.line}"
+        return f"{self.path.name}:{self.line}" if self.unit == "line" else f"{self.path.name}:row {self.line}"
 
     @property
     def label(self) -> str:
-        return f"line-{self.line}"
+        return f"{self.unit}-{self.line}"
 
 
 def _safe_label(value: str) -> str:

@@ -12,6 +12,7 @@ from typing import IO, TYPE_CHECKING, Any
 import pytest
 
 from .options import Settings
+from .sources import SUFFIXES
 
 if TYPE_CHECKING:
     from .discovery import Registry, RewardFn
@@ -42,13 +43,13 @@ class RewardSession:
     # -- discovery ---------------------------------------------------------------------------------------
 
     def note_explicit(self, args: list[str]) -> None:
-        """Remember JSONL files named as positional arguments (they meet every unbound function)."""
+        """Remember samples files (JSONL, Parquet, Arrow) named as positional arguments (they meet every unbound function)."""
         base = self.config.invocation_params.dir
         for arg in args:
             path = Path(arg.split("::", 1)[0])
             if not path.is_absolute():
                 path = base / path
-            if path.suffix == ".jsonl" and path.is_file():
+            if path.name.endswith(SUFFIXES) and path.is_file():
                 self.explicit_files.add(path.resolve())
 
     @property
@@ -165,7 +166,7 @@ class RewardSession:
             )
 
     def wants_file(self, path: Path) -> tuple[bool, bool, bool]:
-        """(collect?, explicit?, glob-matched?) for a ``.jsonl`` file met during collection."""
+        """(collect?, explicit?, glob-matched?) for a samples file met during collection."""
         resolved = path.resolve()
         explicit = resolved in self.explicit_files
         globbed = any(fnmatch.fnmatch(path.name, pat) for pat in self.settings.samples_glob)

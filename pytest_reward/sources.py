@@ -1,0 +1,295 @@
+"""Samples from datasets: Parquet files and Hugging Face ``datasets`` saved to disk, read as the same
+``Sample | SampleError`` stream as a JSONL file (:func:`read_samples` picks the reader by suffix).
+
+A row becomes a record like a JSONL line, then goes through :func:`samples.parse_record` (one validation for every
+format). Which column is what comes from a field mapping (ini ``reward_sample_fields``, ``TARGET=dotted.path``,
+dotted paths reaching into structs), else from the first preset whose columns the file has:
+
+- ``messages``: the plugin's own schema, as in JSONL;
+- verl (``reward_model`` and ``prompt``): ``messages=prompt ground_truth=reward_model.ground_truth``; the other
+  columns (``data_source``, ``extra_info``, ``ability``) are passed to the reward function as keywords;
+- TRL (``prompt``, optional ``completion``): standard (strings) or conversational (lists of messages).
+
+Targets: ``messages``, ``prompt`` (a string or a list of messages), ``response`` (a string or a list of
+messages: the answer to score; absent or null: the sample is prompt-only, rolled out by the model as for JSONL),
+``ground_truth``, ``id``, ``expect``; any other target is a keyword argument. Columns the mapping does not consume
+are passed as keywords too (``messages`` and ``prompt`` never are).
+
+Memory: Parquet is read one row group at a time (``iter_batches``), Arrow IPC files one record batch at a time,
+memory-mapped; a batch's rows are turned into records one by one. Rows count from 1 (``data.parquet:row 1`` is
+``ds[0]``). A row whose path is missing or whose value has the wrong type is a ``SampleError`` naming the row;
+the other rows still run. A file pyarrow cannot open raises :class:`DatasetError` naming it.
+
+pyarrow is imported only when a dataset is read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from .chat import conversation
+from .errors import SampleFormatError
+from .samples import (
+    DEFAULT_MAX_LINE_BYTES,
+    Sample,
+    SampleError,
+    count_lines,
+    iter_samples,
+    keyer,
+    parse_record,
+)
+
+__all__ = [
+    "DATASET_SUFFIXES",
+    "PRESETS",
+    "SUFFIXES",
+    "DatasetError",
+    "check_dataset",
+    "count_samples",
+    "is_samples_file",
+    "parse_fields",
+    "read_samples",
+]
+
+DATASET_SUFFIXES = (".parquet", ".arrow")
+SUFFIXES = (".jsonl", *DATASET_SUFFIXES)
+_BATCH_ROWS = 4096
+_TARGETS_NEVER_FORWARDED = ("messages", "prompt")
+
+#: Presets, tried in order: (name, the columns that select it, the mapping).
+PRESETS: tuple[tuple[str, tuple[str, ...], dict[str, str]], ...] = (
+    ("messages", ("messages",), {"messages": "messages"}),
+    ("verl", ("prompt", "reward_model"), {"prompt": "prompt", "ground_truth": "reward_model.ground_truth"}),
+    ("trl", ("prompt", "completion"), {"prompt": "prompt", "response": "completion"}),
+    ("trl", ("prompt",), {"prompt": "prompt"}),
+)
+
+
+class DatasetError(Exception):
+    """A dataset file that cannot be read at all (not Parquet / Arrow, truncated, corrupt)."""
+
+
+def is_samples_file(path: str | os.PathLike[str]) -> bool:
+    return str(path).endswith(SUFFIXES)
+
+
+def parse_fields(entries: Sequence[str], where: str) -> dict[str, str]:
+    """``["messages=prompt", "ground_truth=reward_model.ground_truth"]`` → ``{target: path}``; a malformed entry
+    raises ``ValueError`` naming ``where``."""
+    out: dict[str, str] = {}
+    for entry in entries:
+        target, eq, path = entry.partition("=")
+        target, path = target.strip(), path.strip()
+        if not eq or not target or not path or any(not part for part in path.split(".")):
+            raise ValueError(
+                f"{where}: {entry!r} is not TARGET=column or TARGET=column.field (e.g. "
+                "ground_truth=reward_model.ground_truth)"
+            )
+        if target in out:
+            raise ValueError(f"{where}: {target!r} is mapped twice")
+        out[target] = path
+    if "messages" in out and "prompt" in out:
+        raise ValueError(f"{where}: map either 'messages' or 'prompt', not both")
+    return out
+
+
+def read_samples(
+    path: str | os.PathLike[str],
+    *,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    keys: bool = True,
+    fields: dict[str, str] | None = None,
+) -> Iterator[Sample | SampleError]:
+    """The samples of a JSONL, Parquet or Arrow file, streaming, in file order."""
+    path = Path(path)
+    if not path.name.endswith(DATASET_SUFFIXES):
+        yield from iter_samples(path, max_line_bytes=max_line_bytes, keys=keys)
+        return
+    keyed = keyer(keys)
+    batches, columns = _open(path)
+    mapping, problem = _mapping(columns, fields)
+    if problem is not None:
+        yield SampleError(path, 1, problem, unit="row")
+        return
+    consumed = {p.split(".", 1)[0] for p in mapping.values()}
+    forwarded = [c for c in columns if c not in consumed and c not in _TARGETS_NEVER_FORWARDED]
+    forwarded = [c for c in forwarded if c not in mapping]
+    row = 0
+    for batch in batches:
+        for values in batch.to_pylist():
+            row += 1
+            try:
+                sample = parse_record(_record(values, mapping, forwarded), path, row)
+            except SampleFormatError as exc:
+                yield SampleError(path, row, str(exc), unit="row")
+                continue
+            sample.unit = "row"
+            try:
+                yield keyed(sample)
+            except (
+                TypeError,
+                ValueError,
+            ) as exc:  # a value JSON cannot hold (a timestamp, bytes) in a keyed run
+                yield SampleError(path, row, f"a value is not JSON-compatible: {exc}", unit="row")
+
+
+def count_samples(path: str | os.PathLike[str], *, limit: int | None = None) -> int:
+    """Number of lines (JSONL) or rows (from a dataset's metadata, without reading its data)."""
+    if not str(path).endswith(DATASET_SUFFIXES):
+        return count_lines(path, limit=limit)
+    try:
+        return _row_count(Path(path))
+    except DatasetError:
+        return 0
+
+
+def check_dataset(path: str | os.PathLike[str]) -> str | None:
+    """None when ``path`` is not a dataset or pyarrow can open it; else why not (naming the file)."""
+    if not str(path).endswith(DATASET_SUFFIXES):
+        return None
+    try:
+        _row_count(Path(path))
+    except DatasetError as exc:
+        return str(exc)
+    return None
+
+
+# --- reading ------------------------------------------------------------------------------------------------
+
+
+def _pyarrow() -> Any:
+    try:
+        import pyarrow
+        import pyarrow.ipc
+        import pyarrow.parquet
+    except ImportError as exc:
+        raise DatasetError(
+            "reading Parquet / Arrow samples needs pyarrow: pip install 'pytest-reward[data]'"
+        ) from exc
+    return pyarrow
+
+
+def _row_count(path: Path) -> int:
+    pa = _pyarrow()
+    try:
+        if path.suffix == ".parquet":
+            return int(pa.parquet.ParquetFile(path).metadata.num_rows)
+        with pa.memory_map(str(path)) as source:
+            return sum(b.num_rows for b in _ipc_reader(pa, source))
+    except (OSError, pa.ArrowException) as exc:
+        raise DatasetError(f"{path}: not a readable {path.suffix[1:]} file ({exc})") from None
+
+
+def _ipc_reader(pa: Any, source: Any) -> Any:
+    """An Arrow IPC file (random access) or stream (what ``datasets.save_to_disk`` writes) as record batches."""
+    try:
+        reader = pa.ipc.open_file(source)
+        return (reader.get_batch(i) for i in range(reader.num_record_batches))
+    except pa.ArrowInvalid:
+        source.seek(0)
+        return iter(pa.ipc.open_stream(source))
+
+
+def _open(path: Path) -> tuple[Iterator[Any], list[str]]:
+    """(record batches, top-level column names); a corrupt file raises ``DatasetError`` naming it."""
+    pa = _pyarrow()
+    try:
+        if path.suffix == ".parquet":
+            pf = pa.parquet.ParquetFile(path)
+            return _guard(pa, path, pf.iter_batches(batch_size=_BATCH_ROWS)), list(pf.schema_arrow.names)
+        source = pa.memory_map(str(path))
+        batches = _ipc_reader(pa, source)
+        first = next(batches, None)
+        if first is None:
+            return iter(()), []
+        return _guard(pa, path, _chain(first, batches)), list(first.schema.names)
+    except (OSError, pa.ArrowException) as exc:
+        raise DatasetError(f"{path}: not a readable {path.suffix[1:]} file ({exc})") from None
+
+
+def _chain(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
+    yield first
+    yield from rest
+
+
+def _guard(pa: Any, path: Path, batches: Iterator[Any]) -> Iterator[Any]:
+    try:
+        yield from batches
+    except (OSError, pa.ArrowException) as exc:
+        raise DatasetError(f"{path}: not a readable {path.suffix[1:]} file ({exc})") from None
+
+
+# --- rows → records -----------------------------------------------------------------------------------------
+
+
+def _mapping(columns: list[str], fields: dict[str, str] | None) -> tuple[dict[str, str], str | None]:
+    """The preset whose columns the file has, with the user's ``fields`` over it (mapping ``messages`` replaces
+    the preset's ``prompt`` and the other way round); no preset and no fields: why not."""
+    preset = next((dict(m) for _, needs, m in PRESETS if all(c in columns for c in needs)), None)
+    if preset is None and not fields:
+        return {}, (
+            f"no preset fits the columns {columns} (verl: prompt + reward_model; TRL: prompt [+ completion]; "
+            "or messages); map them with the ini option reward_sample_fields, e.g. messages=conversation "
+            "ground_truth=answer"
+        )
+    mapping = preset or {}
+    fields = fields or {}
+    if "messages" in fields or "prompt" in fields:
+        mapping.pop("messages", None)
+        mapping.pop("prompt", None)
+    mapping.update(fields)
+    return mapping, None
+
+
+_ABSENT: Any = object()
+
+
+def _resolve(row: dict[str, Any], path: str) -> Any:
+    value: Any = row
+    for i, part in enumerate(path.split(".")):
+        if not isinstance(value, dict) or part not in value:
+            where = ".".join(path.split(".")[:i]) or "the row"
+            if i == 0:
+                raise SampleFormatError(f"no column {part!r} (columns: {', '.join(row)})")
+            if value is None:
+                raise SampleFormatError(f"{where} is null, so {path!r} is missing")
+            raise SampleFormatError(f"{where} has no field {part!r} (needed for {path!r})")
+        value = value[part]
+    return value
+
+
+def _turns(value: Any, what: str) -> Any:
+    """A string, or a list of messages as dicts; anything else is a format error naming ``what``."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(m, dict) and "role" in m for m in value):
+        return [{k: v for k, v in m.items() if v is not None or k == "content"} for m in value]
+    shown = json.dumps(value, default=str)
+    raise SampleFormatError(
+        f"{what!r} must be a string or a list of messages, got {shown[:57] + '...' if len(shown) > 60 else shown}"
+    )
+
+
+def _record(row: dict[str, Any], mapping: dict[str, str], forwarded: list[str]) -> dict[str, Any]:
+    record: dict[str, Any] = {c: row[c] for c in forwarded}
+    prompt = response = _ABSENT
+    for target, path in mapping.items():
+        value = _resolve(row, path)
+        if target == "prompt":
+            prompt = _turns(value, path)
+        elif target == "response":
+            response = None if value is None else _turns(value, path)
+        elif target == "messages" and isinstance(value, list):
+            record["messages"] = _turns(value, path)
+        else:
+            record[target] = value
+    if prompt is not _ABSENT:
+        if response is _ABSENT or response is None:
+            record["prompt" if isinstance(prompt, str) else "messages"] = prompt
+        else:
+            record["messages"] = conversation(prompt, response)
+    return record

@@ -1,0 +1,232 @@
+"""Datasets as samples (issue 17.2): Parquet files and Arrow files (``datasets.save_to_disk``) read as samples,
+streamed by record batch, with verl's and TRL's schemas recognised and ``reward_sample_fields`` for the rest.
+
+Every file here is written by pyarrow itself (``pq.write_table`` / ``pa.ipc``), with the column types verl's and
+TRL's own preprocessing produce: verl's ``examples/data_preprocess/gsm8k.py`` rows (``data_source``, ``prompt`` as a
+list of ``{role, content}`` structs, ``ability``, ``reward_model`` struct with ``style`` / ``ground_truth``,
+``extra_info`` struct) and TRL's standard (strings) and conversational (lists of messages) ``prompt`` /
+``completion`` columns.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+from pytest_reward.samples import Sample, SampleError  # noqa: E402
+from pytest_reward.sources import DatasetError, read_samples  # noqa: E402
+
+VERL = """
+    def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+        assert data_source == "openai/gsm8k" and extra_info["split"] == "test"
+        return float(solution_str.strip().endswith(str(ground_truth)))
+"""
+
+STANDARD = """
+    from pytest_reward import EvaluateResult, reward_function
+
+    @reward_function
+    def ends_with_truth(messages, ground_truth=None, **kwargs):
+        return EvaluateResult(score=float(messages[-1]["content"].strip().endswith(str(ground_truth))))
+"""
+
+
+def _verl_rows(answers: list[str | None]) -> list[dict]:
+    return [
+        {
+            "data_source": "openai/gsm8k",
+            "prompt": [{"role": "user", "content": f"What is {i} + 40? Answer after ####."}],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": str(i + 40)},
+            "extra_info": {"split": "test", "index": i},
+            "response": answer,
+        }
+        for i, answer in enumerate(answers)
+    ]
+
+
+def test_verl_rows_are_prompt_only_samples_with_ground_truth_and_extras(tmp_path):
+    rows = _verl_rows([None, None])
+    for r in rows:
+        del r["response"]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "train.parquet")
+    first, second = list(read_samples(tmp_path / "train.parquet"))
+    assert isinstance(first, Sample) and first.prompt_only
+    assert first.messages == [{"role": "user", "content": "What is 0 + 40? Answer after ####."}]
+    assert first.ground_truth == "40" and second.ground_truth == "41"
+    assert first.kwargs == {
+        "data_source": "openai/gsm8k",
+        "ability": "math",
+        "extra_info": {"split": "test", "index": 0},
+    }
+    assert (first.location, second.label) == ("train.parquet:row 1", "row-2")
+
+
+def test_trl_standard_and_conversational_rows(tmp_path):
+    pq.write_table(
+        pa.Table.from_pylist(
+            [
+                {"prompt": "2+2=", "completion": "4", "ground_truth": "4"},
+                {"prompt": "3+3=", "completion": None},
+            ]
+        ),
+        tmp_path / "std.parquet",
+    )
+    answered, prompt_only = list(read_samples(tmp_path / "std.parquet"))
+    assert answered.messages == [{"role": "user", "content": "2+2="}, {"role": "assistant", "content": "4"}]
+    assert answered.ground_truth == "4"
+    assert prompt_only.prompt == "3+3=" and prompt_only.prompt_only
+    conv = [
+        {
+            "prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+            "completion": [{"role": "assistant", "content": "Hello"}],
+        }
+    ]
+    pq.write_table(pa.Table.from_pylist(conv), tmp_path / "conv.parquet")
+    (sample,) = list(read_samples(tmp_path / "conv.parquet"))
+    assert [m["role"] for m in sample.messages] == ["system", "user", "assistant"]
+    assert not sample.prompt_only and sample.messages[-1]["content"] == "Hello"
+
+
+def test_streams_by_record_batch_across_row_groups(tmp_path):
+    rows = [{"prompt": f"q{i}", "completion": f"a{i}"} for i in range(10_000)]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "big.parquet", row_group_size=1000)
+    out = read_samples(tmp_path / "big.parquet")
+    assert next(out).messages[-1]["content"] == "a0"
+    # rows are numbered across row groups and batches, in file order
+    assert [(s.line, s.messages[-1]["content"]) for s in out][-1] == (10_000, "a9999")
+
+
+def test_field_mapping_with_dotted_paths_and_row_errors(tmp_path):
+    rows = [
+        {
+            "conv": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
+            "meta": {"answer": "a"},
+        },
+        {"conv": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "b"}], "meta": None},
+    ]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "d.parquet")
+    fields = {"messages": "conv", "ground_truth": "meta.answer"}
+    good, bad = list(read_samples(tmp_path / "d.parquet", fields=fields))
+    assert isinstance(good, Sample) and good.ground_truth == "a" and good.kwargs == {}
+    assert isinstance(bad, SampleError) and bad.location == "d.parquet:row 2"
+    assert "meta is null" in bad.message
+    (missing,) = list(read_samples(tmp_path / "d.parquet", fields={"messages": "conversation"}))[:1]
+    assert isinstance(missing, SampleError) and "no column 'conversation'" in missing.message
+
+
+def test_no_preset_and_no_mapping_is_one_error_naming_the_columns(tmp_path):
+    pq.write_table(pa.Table.from_pylist([{"question": "q", "answer": "a"}]), tmp_path / "d.parquet")
+    (err,) = list(read_samples(tmp_path / "d.parquet"))
+    assert isinstance(err, SampleError) and "['question', 'answer']" in err.message
+    assert "reward_sample_fields" in err.message
+
+
+def test_arrow_files_as_datasets_save_to_disk_writes_them(tmp_path):
+    # datasets' save_to_disk writes data-00000-of-00001.arrow as an Arrow IPC *stream*; also accept IPC files.
+    table = pa.Table.from_pylist(
+        [{"prompt": "2+2=", "completion": "4"}, {"prompt": "1+1=", "completion": "2"}]
+    )
+    with (
+        pa.OSFile(str(tmp_path / "data-00000-of-00001.arrow"), "wb") as sink,
+        pa.ipc.new_stream(sink, table.schema) as w,
+    ):
+        w.write_table(table, max_chunksize=1)
+    with pa.OSFile(str(tmp_path / "file.arrow"), "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
+        w.write_table(table)
+    for name in ("data-00000-of-00001.arrow", "file.arrow"):
+        samples = list(read_samples(tmp_path / name))
+        assert [s.messages[-1]["content"] for s in samples] == ["4", "2"], name
+
+
+def test_corrupt_file_raises_naming_it(tmp_path):
+    (tmp_path / "bad.parquet").write_bytes(b"PAR1 this is not parquet")
+    with pytest.raises(DatasetError, match=r"bad\.parquet"):
+        list(read_samples(tmp_path / "bad.parquet"))
+
+
+# --- whole runs -----------------------------------------------------------------------------------------------
+
+
+def test_verl_parquet_scored_with_the_verl_compute_score(project):
+    project.file("my_reward.py", VERL)
+    pq.write_table(
+        pa.Table.from_pylist(_verl_rows(["#### 40", "#### 99", "#### 42"])), project.path / "test.parquet"
+    )
+    project.file("pytest.ini", "[pytest]\nreward_sample_fields = response=response\n")
+    args = ("--reward-samples", "test.parquet", "--reward-fn", "verl:my_reward.py::compute_score")
+    result = project.run(*args, "--reward-threshold", "0.5", "-v")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*compute_score?row-2? FAILED*"])
+    # file granularity streams the same rows, with the same verdicts
+    result = project.run(*args, "--reward-threshold", "0.5", "--reward-granularity", "file", "-rf")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*test.parquet:2*"])
+
+
+def test_positional_parquet_and_glob_and_row_errors(project):
+    project.file("test_reward.py", STANDARD)
+    rows = [
+        {"prompt": "2+2=", "completion": "4", "ground_truth": "4"},
+        {"prompt": None, "completion": "x", "ground_truth": "1"},
+    ]
+    pq.write_table(pa.Table.from_pylist(rows), project.path / "trl.parquet")
+    result = project.run("trl.parquet", "-v")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        ["*trl.parquet:row 2*'prompt' must be a string or a list of messages, got null*"]
+    )
+    project.file("pytest.ini", "[pytest]\nreward_samples_glob = *.parquet\n")
+    result = project.run("-v")
+    result.assert_outcomes(passed=1, failed=1)
+
+
+def test_corrupt_parquet_is_a_usage_error_naming_it(project):
+    project.file("test_reward.py", STANDARD)
+    (project.path / "bad.parquet").write_bytes(b"not parquet at all")
+    result = project.run("bad.parquet")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*bad.parquet: not a readable parquet file*"])
+
+
+def test_a_run_without_datasets_does_not_import_pyarrow(project):
+    project.file("test_reward.py", STANDARD)
+    project.jsonl(
+        "s.jsonl",
+        [
+            {
+                "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "4"}],
+                "ground_truth": "4",
+            }
+        ],
+    )
+    project.file(
+        "conftest.py",
+        "import sys\ndef pytest_sessionfinish():\n    print('PYARROW', 'pyarrow' in sys.modules)\n",
+    )
+    result = project.run_subprocess("s.jsonl", "-s")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*PYARROW False*"])
+
+
+def test_corrupt_parquet_from_options_or_a_glob_names_it(project):
+    project.file("test_reward.py", STANDARD)
+    (project.path / "bad.parquet").write_bytes(b"not parquet at all")
+    result = project.run("--reward-samples", "bad.parquet")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--reward-samples bad.parquet:*bad.parquet: not a readable parquet file*"])
+    project.file("pytest.ini", "[pytest]\nreward_samples_glob = *.parquet\n")
+    result = project.run()
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*bad.parquet: not a readable parquet file*"])
+
+
+def test_a_malformed_field_mapping_is_a_usage_error_naming_the_option(project):
+    project.file("test_reward.py", STANDARD)
+    project.file("pytest.ini", "[pytest]\nreward_sample_fields = ground_truth\n")
+    pq.write_table(pa.Table.from_pylist([{"prompt": "q", "completion": "a"}]), project.path / "d.parquet")
+    result = project.run("d.parquet")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*ini reward_sample_fields: 'ground_truth' is not TARGET=column*"])

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from .samples import not_a_regular_file
-from .sources import SUFFIXES, check_dataset, parse_fields
+from .sources import SUFFIXES, check_dataset, parse_fields, saved_dataset_files
 from .thresholds import GateError, Gates, parse_quantile_text, validate_marker
 
 __all__ = ["OPTIONS", "Option", "Settings", "register", "resolve"]
@@ -575,9 +575,15 @@ def _expand_samples(values: list[str], base: Path) -> tuple[Path, ...]:
                 raise pytest.UsageError(f"--reward-samples {value}: no file matches this pattern")
         else:
             path = Path(pattern)
+            saved = saved_dataset_files(path) if path.is_dir() else None
+            if saved is not None:
+                for f in saved:
+                    out.setdefault(f.resolve(), None)
+                continue
             if path.is_dir():
                 raise pytest.UsageError(
-                    f"--reward-samples {value}: is a directory; pass JSONL files or a glob such as {value.rstrip('/')}/*.jsonl"
+                    f"--reward-samples {value}: is a directory; pass JSONL files or a glob such as "
+                    f"{value.rstrip('/')}/*.jsonl (or a datasets save_to_disk directory)"
                 )
             if not path.exists():
                 raise pytest.UsageError(f"--reward-samples {value}: file not found")

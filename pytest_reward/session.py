@@ -12,7 +12,7 @@ from typing import IO, TYPE_CHECKING, Any
 import pytest
 
 from .options import Settings
-from .sources import SUFFIXES
+from .sources import SUFFIXES, saved_dataset_files
 
 if TYPE_CHECKING:
     from .discovery import Registry, RewardFn
@@ -51,6 +51,8 @@ class RewardSession:
                 path = base / path
             if path.name.endswith(SUFFIXES) and path.is_file():
                 self.explicit_files.add(path.resolve())
+            elif path.is_dir():  # a datasets save_to_disk directory: its Arrow files
+                self.explicit_files.update(f.resolve() for f in saved_dataset_files(path) or ())
 
     @property
     def owned_dirs(self) -> tuple[Path, ...]:

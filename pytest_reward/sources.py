@@ -53,6 +53,7 @@ __all__ = [
     "is_samples_file",
     "parse_fields",
     "read_samples",
+    "saved_dataset_files",
 ]
 
 DATASET_SUFFIXES = (".parquet", ".arrow")
@@ -155,6 +156,26 @@ def check_dataset(path: str | os.PathLike[str]) -> str | None:
         _row_count(Path(path))
     except DatasetError as exc:
         return str(exc)
+    return None
+
+
+def saved_dataset_files(directory: str | os.PathLike[str]) -> list[Path] | None:
+    """The Arrow files of a ``datasets`` ``save_to_disk`` directory: a ``Dataset``'s (``state.json`` lists its
+    shards) or a ``DatasetDict``'s (``dataset_dict.json`` lists its splits, each a ``Dataset`` directory), in
+    order; None when ``directory`` is not one."""
+    directory = Path(directory)
+    try:
+        if (directory / "dataset_dict.json").is_file():
+            splits = json.loads((directory / "dataset_dict.json").read_text())["splits"]
+            out: list[Path] = []
+            for split in splits:
+                out.extend(saved_dataset_files(directory / split) or [])
+            return out
+        if (directory / "state.json").is_file():
+            state = json.loads((directory / "state.json").read_text())
+            return [directory / f["filename"] for f in state["_data_files"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
     return None
 
 

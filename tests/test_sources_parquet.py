@@ -230,3 +230,20 @@ def test_a_malformed_field_mapping_is_a_usage_error_naming_the_option(project):
     result = project.run("d.parquet")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*ini reward_sample_fields: 'ground_truth' is not TARGET=column*"])
+
+
+def test_datasets_save_to_disk_directories_as_samples(project):
+    datasets = pytest.importorskip("datasets")
+    project.file("test_reward.py", STANDARD)
+    rows = [
+        {"prompt": "2+2=", "completion": "4", "ground_truth": "4"},
+        {"prompt": "1+1=", "completion": "3", "ground_truth": "2"},
+    ]
+    datasets.Dataset.from_list(rows).save_to_disk(str(project.path / "one"))
+    ds = datasets.Dataset.from_list(rows)
+    datasets.DatasetDict({"train": ds, "test": ds}).save_to_disk(str(project.path / "dd"))
+    result = project.run("--reward-samples", "one", "--reward-threshold", "0.5", "-v")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*data-00000-of-00001.arrow::ends_with_truth?row-2? FAILED*"])
+    result = project.run("dd", "--reward-threshold", "0.5")  # a DatasetDict: every split
+    result.assert_outcomes(passed=2, failed=2)

@@ -247,3 +247,22 @@ def test_datasets_save_to_disk_directories_as_samples(project):
     result.stdout.fnmatch_lines(["*data-00000-of-00001.arrow::ends_with_truth?row-2? FAILED*"])
     result = project.run("dd", "--reward-threshold", "0.5")  # a DatasetDict: every split
     result.assert_outcomes(passed=2, failed=2)
+
+
+def test_replay_tolerance_holds_in_worker_processes(project):
+    # issue 17.3 follow-up: the process executor's workers check the recorded score too (it travels with the sample)
+    import json
+
+    project.file("rewards.py", STANDARD)  # a @reward_function: workers import it by module and attribute
+    chatml = "<|im_start|>user\nWhat is 6*7?<|im_end|>\n<|im_start|>assistant\n"
+    rows = [
+        {"input": chatml, "output": "It is 42", "gts": "42", "score": 1.0, "step": 3},
+        {"input": chatml, "output": "It is 42.", "gts": "42", "score": 1.0, "step": 3},  # drifted: now 0.0
+    ]
+    (project.path / "3.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = ("--reward-samples", "3.jsonl", "--reward-replay-tolerance", "0.01")
+    result = project.run(
+        *args, "--reward-executor", "process", "--reward-workers", "1", "--reward-granularity", "file", "-rf"
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*3.jsonl:2*expected 1 ± 0.01, got 0*"])

@@ -56,6 +56,8 @@ class FunctionRef:
     gates: Gates
     runs: int = 1
     timeout: float | None = None
+    replay_tolerance: float | None = None
+    """``--reward-replay-tolerance``: checked against each sample's recorded score, as on the controller."""
     batch_size: int = 32
     sys_path: tuple[str, ...] = ()
     """The controller's ``sys.path`` entries under the rootdir (for functions imported by module name)."""
@@ -91,6 +93,7 @@ class FunctionRef:
             gates=fn.gates,
             runs=invoker.runs,
             timeout=invoker.timeout,
+            replay_tolerance=invoker.replay_tolerance,
             batch_size=batch_size,
             sys_path=paths,
         )
@@ -100,21 +103,24 @@ class FunctionRef:
 
 
 def encode_samples(samples: list[Sample]) -> list[tuple[Any, ...]]:
-    """What a worker needs of each sample: line, id, messages, prompt, ground truth (or none), expect, fields."""
+    """What a worker needs of each sample: line, id, messages, prompt, ground truth (or none), expect, fields, the
+    recorded score (``--reward-replay-tolerance``)."""
     return [
         (s.line, s.id, s.messages, s.prompt, s.has_ground_truth, s.ground_truth if s.has_ground_truth else None,
-         s.expect, s.kwargs)
+         s.expect, s.kwargs, s.recorded)
         for s in samples
     ]  # fmt: skip
 
 
 def decode_samples(rows: list[tuple[Any, ...]], path: Path) -> list[Sample]:
     out = []
-    for line, ident, messages, prompt, has_gt, gt, expect, kwargs in rows:
+    for line, ident, messages, prompt, has_gt, gt, expect, kwargs, recorded in rows:
         if has_gt:
-            out.append(Sample(path, line, ident, messages, prompt, gt, expect, kwargs))
+            sample = Sample(path, line, ident, messages, prompt, gt, expect, kwargs)
         else:
-            out.append(Sample(path, line, ident, messages, prompt, expect=expect, kwargs=kwargs))
+            sample = Sample(path, line, ident, messages, prompt, expect=expect, kwargs=kwargs)
+        sample.recorded = recorded
+        out.append(sample)
     return out
 
 
@@ -173,7 +179,9 @@ def load(ref: FunctionRef) -> Invoker:
             gates=ref.gates,
             attr=ref.attr,
         )
-        invoker = Invoker(fn, ref.file_label, runs=ref.runs, timeout=ref.timeout)
+        invoker = Invoker(
+            fn, ref.file_label, runs=ref.runs, timeout=ref.timeout, replay_tolerance=ref.replay_tolerance
+        )
         invoker.light = True  # no key, no excerpt: the controller fills them for the outcomes it keeps
         _LOADED[ref] = invoker
     return invoker

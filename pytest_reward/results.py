@@ -134,6 +134,7 @@ def outcome_fields() -> tuple[str, ...]:
     """The fields of a ``SampleOutcome`` that leave the process (all but the transient ``sample``)."""
     return tuple(f.name for f in fields(SampleOutcome) if f.name != "sample")
 
+
 _ROW_GENERIC = json.JSONEncoder(ensure_ascii=False).encode
 _json_str = json.encoder.encode_basestring  # type: ignore[attr-defined]
 
@@ -374,6 +375,10 @@ class Summary:
     expected: int | None = None
     histogram: dict[str, Any] | None = None
     n_flaky: int = 0
+    n_replayed: int = 0
+    """Samples with a recorded score checked by ``--reward-replay-tolerance``."""
+    n_replay_differ: int = 0
+    """Of those, the samples whose reward differs from the recorded score by more than the tolerance."""
     rollout: dict[str, float] | None = None
     """Prompt-only samples: responses per prompt and the mean pass@1, pass@n and best-of-n over samples."""
 
@@ -402,6 +407,8 @@ class GroupAccumulator:
         self.gates = gates
         self.flaky_spread = flaky_spread
         self.n_flaky = 0
+        self.n_replayed = 0
+        self.n_replay_differ = 0
         self.rollout_sums: dict[str, float] = {}
         self.rollout_counts: dict[int, int] = {}
         self.flaky: list[SampleOutcome] = []
@@ -431,6 +438,9 @@ class GroupAccumulator:
                 self.n_flaky += 1
                 if len(self.flaky) < self.FLAKY_KEEP:
                     self.flaky.append(outcome)
+            if "replay_differs" in extra:
+                self.n_replayed += 1
+                self.n_replay_differ += bool(extra["replay_differs"])
         if outcome.verdict == PASS:
             self.n_pass += 1
         elif outcome.verdict == BELOW:
@@ -474,6 +484,8 @@ class GroupAccumulator:
             n_fail=self.n_fail,
             expected=expected,
             n_flaky=self.n_flaky,
+            n_replayed=self.n_replayed,
+            n_replay_differ=self.n_replay_differ,
         )
         if self.n == 0:
             return Summary(

@@ -189,6 +189,7 @@ class Invoker:
         duration: float = 0.0,
     ) -> SampleOutcome:
         expect = sample.expect.for_function(self.fn.name, self.fn.spec.name) if sample.expect else None
+        replay = None
         if self.replay_tolerance is not None and sample.recorded is not None:
             replay = Bound(equals=sample.recorded, tol=self.replay_tolerance)
             expect = Expect(score=replay, metrics=expect.metrics if expect else ())
@@ -200,6 +201,8 @@ class Invoker:
         extra: dict[str, Any] = {}
         if runs is not None:
             extra = {"runs": runs, "spread": spread(runs)}
+        if replay is not None:  # the summary counts the samples whose reward differs from the recorded one
+            extra["replay_differs"] = score is None or replay.check(score) is not None
         return SampleOutcome(
             function=self.fn.name,
             file=self.file_label,

@@ -266,3 +266,33 @@ def test_replay_tolerance_holds_in_worker_processes(project):
     )
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*3.jsonl:2*expected 1 ± 0.01, got 0*"])
+
+
+def test_the_summary_counts_samples_that_differ_from_the_recorded_score(project):
+    import json
+
+    project.file("rewards.py", STANDARD)
+    chatml = "<|im_start|>user\nWhat is 6*7?<|im_end|>\n<|im_start|>assistant\n"
+    rows = [
+        {"input": chatml, "output": "It is 42", "gts": "42", "score": 1.0, "step": 3},
+        {"input": chatml, "output": "It is 41", "gts": "42", "score": 0.0, "step": 3},
+        {"input": chatml, "output": "It is 42.", "gts": "42", "score": 1.0, "step": 3},  # drifted: now 0.0
+    ]
+    (project.path / "3.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for granularity in ("sample", "file"):
+        result = project.run(
+            "--reward-samples",
+            "3.jsonl",
+            "--reward-replay-tolerance",
+            "0.01",
+            "--reward-granularity",
+            granularity,
+        )
+        result.stdout.fnmatch_lines(
+            [
+                "REPLAY ends_with_truth on 3.jsonl: 1 of 3 samples differ from the recorded score by more than 0.01"
+            ]
+        )
+    result = project.run("--reward-samples", "3.jsonl", "--reward-replay-tolerance", "1")
+    result.stdout.fnmatch_lines(["REPLAY ends_with_truth on 3.jsonl: 0 of 3 samples differ*"])
+    assert "REPLAY" not in project.run("--reward-samples", "3.jsonl").stdout.str()

@@ -144,7 +144,9 @@ def write_summary(tr: Any, result: RunResult, written: Written, *, dist: str = "
         )
     for r in reports:
         for reason in r.errors[:3]:
-            tr.write_line(f"ERROR {r.function} on {r.file}: an item ended without a verdict ({reason})", red=True)
+            tr.write_line(
+                f"ERROR {r.function} on {r.file}: an item ended without a verdict ({reason})", red=True
+            )
     for r, g in failed:
         tr.write_line(f"FAIL {r.function} on {r.file}: {g.describe()}", red=True, bold=True)
     for line in result.compare_failures:
@@ -162,6 +164,12 @@ def write_summary(tr: Any, result: RunResult, written: Written, *, dist: str = "
                     f"FLAKY {r.function} on {r.file}: {r.summary.n_flaky} samples vary across runs by more than "
                     f"sd {settings.flaky_spread:g}: {names}{more}",
                     yellow=True,
+                )
+            if r.summary.n_replayed:
+                tr.write_line(
+                    f"REPLAY {r.function} on {r.file}: {r.summary.n_replay_differ} of {r.summary.n_replayed} "
+                    f"samples differ from the recorded score by more than {settings.replay_tolerance:g}",
+                    yellow=bool(r.summary.n_replay_differ),
                 )
     if settings.preview and verbosity >= -1:
         tr.write_sep("-", "reward preview")

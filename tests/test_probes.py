@@ -187,7 +187,9 @@ def test_batch_mode_functions_are_probed_in_batches(project):
             ]
         """,
     )
-    project.jsonl("s.jsonl", [{"messages": msgs("q", f"it is {i}"), "ground_truth": str(i)} for i in range(5)])
+    project.jsonl(
+        "s.jsonl", [{"messages": msgs("q", f"it is {i}"), "ground_truth": str(i)} for i in range(5)]
+    )
     probes = by_name(project.result("--reward-samples", "s.jsonl", "--reward-batch-size", "4"))
     assert (probes["contains", "stuffing"].verdict, probes["contains", "stuffing"].broken) == ("FAIL", 5)
     assert probes["contains", "empty"].verdict == "PASS"

@@ -110,9 +110,13 @@ class RewardSession:
             test_modules=not light,
             owned_dirs=self.owned_dirs,
         )
+        warm = not light and self.settings.executor == "process" and self._runs_items()
+        if warm:
+            self.executor.start()  # the workers boot (import the plugin) while the reward modules are found
         self.registry = discover(opts, config)
-        if not light and self.settings.executor == "process" and self._runs_items():
-            self.executor.start()  # the workers boot (import the plugin) while pytest collects
+        if warm:
+            # and import the reward modules while pytest collects (a heavy import costs its seconds here)
+            self.executor.preload(self.registry.usable(), config.rootpath)
         if light:
             self.registry.import_errors.clear()  # not asked for: never break an unrelated run
             self.bound_only = any(fn.gates.samples for fn in self.registry.functions)

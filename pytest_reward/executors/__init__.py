@@ -40,6 +40,7 @@ from ..results import SampleOutcome
 from .worker import FunctionRef, ShipError, encode_samples
 
 if TYPE_CHECKING:
+    from ..discovery import RewardFn
     from ..samples import Sample
     from ..scoring import Invoker
 
@@ -76,6 +77,9 @@ class Executor:
 
     def start(self) -> None:
         """Start workers ahead of use (optional; ``stream`` starts them when needed)."""
+
+    def preload(self, functions: Iterable[RewardFn], rootdir: Path) -> None:
+        """Have the started workers import these functions' modules now (optional)."""
 
     def stream(
         self,

@@ -18,11 +18,16 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Iterable
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from . import RemoteExecutor, available_cpus
-from .worker import FunctionRef
+from .worker import FunctionRef, ModuleRef
+
+if TYPE_CHECKING:
+    from ..discovery import RewardFn
 
 __all__ = ["ProcessExecutor"]
 
@@ -74,6 +79,10 @@ class _Worker:
         self.pending[task_id] = None
         self._outbox.put(message)
 
+    def post(self, message: Any) -> None:
+        """A message without an answer (modules to preload)."""
+        self._outbox.put(message)
+
     @property
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -115,14 +124,25 @@ class ProcessExecutor(RemoteExecutor):
         self._workers: list[_Worker] = []
         self._spawned = 0
         self._owner: dict[int, _Worker] = {}
+        self._preload: list[ModuleRef] = []
 
     def start(self) -> None:
         while len(self._workers) < self.size:
             self._spawn()
 
+    def preload(self, functions: Iterable[RewardFn], rootdir: Path) -> None:
+        """Every worker imports these functions' modules now, while pytest collects (and each one started later,
+        in its turn)."""
+        refs = list(dict.fromkeys(ModuleRef.of(fn, rootdir) for fn in functions))
+        self._preload = refs
+        for worker in self._workers:
+            worker.post((0, None, refs))
+
     def _spawn(self) -> _Worker:
         worker = _Worker(self._spawned)
         self._spawned += 1
+        if self._preload:
+            worker.post((0, None, self._preload))
         self._workers.append(worker)
         return worker
 

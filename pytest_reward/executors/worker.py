@@ -32,11 +32,48 @@ if TYPE_CHECKING:
 
     from ..thresholds import Gates
 
-__all__ = ["FunctionRef", "ShipError", "decode_samples", "encode_samples", "main", "score_chunk", "serve"]
+__all__ = [
+    "FunctionRef",
+    "ModuleRef",
+    "ShipError",
+    "decode_samples",
+    "encode_samples",
+    "main",
+    "preload",
+    "score_chunk",
+    "serve",
+]
 
 
 class ShipError(RewardError):
     """A reward function that a worker cannot load by its import path (the message names it and says why)."""
+
+
+@dataclass(frozen=True)
+class ModuleRef:
+    """Where a worker imports a reward function's module from (what :func:`preload` and :func:`load` share)."""
+
+    module: str
+    module_file: str | None
+    """Absolute path of the module on the controller (None: import ``module`` by name)."""
+    rel_file: str | None
+    """The same path relative to the rootdir: where a worker finds it in a shipped working directory."""
+    rootdir: str
+    sys_path: tuple[str, ...] = ()
+    """The controller's ``sys.path`` entries under the rootdir (for the module's own imports)."""
+
+    @classmethod
+    def of(cls, fn: RewardFn, rootdir: Path) -> ModuleRef:
+        module_file = str(fn.module_file) if fn.module_file is not None else None
+        root = str(rootdir.resolve())
+        rel = None
+        if module_file is not None:
+            try:
+                rel = Path(module_file).relative_to(root).as_posix()
+            except ValueError:
+                rel = None
+        paths = tuple(p for p in sys.path if p and (p == root or p.startswith(root + os.sep)))
+        return cls(module=fn.module, module_file=module_file, rel_file=rel, rootdir=root, sys_path=paths)
 
 
 @dataclass(frozen=True)
@@ -74,29 +111,26 @@ class FunctionRef:
                 "function by its module and attribute, they never unpickle a closure: define it at the top level "
                 "of a project module, or use --reward-executor thread."
             )
-        rel = None
-        if module_file is not None:
-            try:
-                rel = Path(module_file).relative_to(rootdir.resolve()).as_posix()
-            except ValueError:
-                rel = None
-        root = str(rootdir.resolve())
-        paths = tuple(p for p in sys.path if p and (p == root or p.startswith(root + os.sep)))
+        where = ModuleRef.of(fn, rootdir)
         return cls(
             name=fn.name,
             module=fn.module,
             attr=fn.attr,
             module_file=module_file,
-            rel_file=rel,
-            rootdir=root,
+            rel_file=where.rel_file,
+            rootdir=where.rootdir,
             file_label=invoker.file_label,
             gates=fn.gates,
             runs=invoker.runs,
             timeout=invoker.timeout,
             replay_tolerance=invoker.replay_tolerance,
             batch_size=batch_size,
-            sys_path=paths,
+            sys_path=where.sys_path,
         )
+
+    @property
+    def module_ref(self) -> ModuleRef:
+        return ModuleRef(self.module, self.module_file, self.rel_file, self.rootdir, self.sys_path)
 
 
 # --- samples on the wire: tuples of JSON values ------------------------------------------------------------
@@ -129,21 +163,35 @@ def decode_samples(rows: list[tuple[Any, ...]], path: Path) -> list[Sample]:
 _LOADED: dict[FunctionRef, Invoker] = {}
 
 
-def _import(ref: FunctionRef) -> Any:
+def _import_module(ref: ModuleRef) -> Any:
     for entry in ref.sys_path:  # e.g. directories a conftest put on sys.path, for the module's own imports
         if entry not in sys.path and Path(entry).is_dir():
             sys.path.append(entry)
-    if ref.module_file is not None:
-        path = Path(ref.module_file)
-        root = Path(ref.rootdir)
-        if not path.is_file() and ref.rel_file is not None:
-            # A shipped working directory (Ray runtime_env): the project's files are under the worker's cwd.
-            path, root = Path.cwd() / ref.rel_file, Path.cwd()
-        if not path.is_file():
-            raise ShipError(f"its module {ref.module_file} is not on the worker's machine ({os.uname()[1]})")
-        module = import_reward_module(path, root, "prepend")
-    else:
-        module = importlib.import_module(ref.module)
+    if ref.module_file is None:
+        return importlib.import_module(ref.module)
+    path = Path(ref.module_file)
+    root = Path(ref.rootdir)
+    if not path.is_file() and ref.rel_file is not None:
+        # A shipped working directory (Ray runtime_env): the project's files are under the worker's cwd.
+        path, root = Path.cwd() / ref.rel_file, Path.cwd()
+    if not path.is_file():
+        raise ShipError(f"its module {ref.module_file} is not on the worker's machine ({os.uname()[1]})")
+    return import_reward_module(path, root, "prepend")
+
+
+def preload(refs: list[ModuleRef]) -> None:
+    """Import reward modules ahead of their first chunk (a worker does it while pytest collects: a reward module
+    that imports sympy or a sandbox costs its seconds there, not in the item). A failure is left for
+    :func:`load` to report, with the function's name."""
+    for ref in refs:
+        try:
+            _import_module(ref)
+        except Exception:
+            continue
+
+
+def _import(ref: FunctionRef) -> Any:
+    module = _import_module(ref.module_ref)
     obj: Any = module
     for part in ref.attr.split("."):
         if not hasattr(obj, part):
@@ -235,7 +283,7 @@ def _die_with_parent(parent: int) -> None:
 
 def serve(conn: Connection) -> None:
     """The loop of a ``process`` executor worker: ``(task id, ref, payload)`` in, ``(task id, status, value,
-    seconds, retiring)`` out. A worker left with a timed-out call still running (a thread cannot be killed) says
+    seconds, retiring)`` out; ``(0, None, [ModuleRef, ...])``: modules to :func:`preload`, no answer. A worker left with a timed-out call still running (a thread cannot be killed) says
     it is retiring and exits after its answer: the pool starts a fresh one, and the abandoned call ends with it.
     Ctrl-C is the controller's to handle (it ends the workers); a controller that goes away closes the pipe."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -247,6 +295,9 @@ def serve(conn: Connection) -> None:
         if task is None:
             return
         task_id, ref, payload = task
+        if ref is None:  # modules to import now, no answer
+            preload(payload)
+            continue
         try:
             status, value, seconds = score_chunk(ref, payload)
         except Exception as exc:  # a bug of ours, not the reward's: the controller fails the chunk with it

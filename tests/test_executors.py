@@ -465,3 +465,46 @@ def test_workers_do_not_outlive_a_controller_killed_with_sigkill(project):
         if proc.poll() is None:
             proc.kill()
     assert _gone(worker), "a worker outlived its controller"
+
+
+def test_workers_import_the_reward_modules_while_pytest_collects(project):
+    project.file(
+        "rewards.py",
+        """
+        import os, pathlib
+        from pytest_reward import reward_function
+
+        (pathlib.Path(__file__).parent / f"imported-by-{os.getpid()}").touch()
+
+        @reward_function
+        def ok(messages, **kwargs):
+            return {"score": 1.0}
+        """,
+    )
+    project.jsonl("s.jsonl", [{"id": "a", "messages": msgs("q", "a")}])
+    # The session waits at the end of collection (bounded) until the workers have imported the module.
+    project.file(
+        "conftest.py",
+        """
+        import pathlib, time
+
+        def pytest_collection_finish(session):
+            deadline = time.monotonic() + 60
+            while len(list(pathlib.Path(__file__).parent.glob("imported-by-*"))) < 3 and time.monotonic() < deadline:
+                time.sleep(0.05)
+        """,
+    )
+    # Every item deselected: nothing is scored, yet both workers have imported the module (and the controller).
+    result = project.run_subprocess(
+        "--reward-samples",
+        "s.jsonl",
+        "--reward-executor",
+        "process",
+        "--reward-workers",
+        "2",
+        "-k",
+        "nothing",
+    )
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    importers = {int(p.name.rsplit("-", 1)[1]) for p in project.path.glob("imported-by-*")}
+    assert len(importers) == 3, importers

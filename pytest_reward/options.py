@@ -178,8 +178,8 @@ OPTIONS: tuple[Option, ...] = (
         "int",
         None,
         "Scoring workers of file items: threads or concurrent coroutines for I/O-bound rewards (thread; "
-        "default 1), processes (process; default: the CPUs this process may use), chunks running at once "
-        "(ray; default: the cluster's CPUs).",
+        "default 1), processes (process; default: the CPUs this process may use, shared out under -n), chunks "
+        "running at once (ray; default: the cluster's CPUs).",
         metavar="N",
     ),
     Option(

@@ -272,6 +272,13 @@ class RewardSession:
             from .executors import make_executor
 
             settings = self.settings
+            workers = settings.workers
+            if workers is None and settings.executor == "process" and self.is_worker:
+                # under -n N the machine's CPUs are shared by the N pytest workers' pools
+                from .executors import available_cpus
+
+                count = int(self.config.workerinput.get("workercount", 1))  # type: ignore[attr-defined]
+                workers = max(1, available_cpus() // max(1, count))
             address, local = settings.ray_address, False
             if self.is_worker and settings.executor == "ray" and address is None:
                 # the local Ray that the xdist controller started for the run (see _RayXdistHooks)
@@ -279,7 +286,7 @@ class RewardSession:
                 local = address is not None
             self._executor = make_executor(
                 settings.executor,
-                workers=settings.workers,
+                workers=workers,
                 ray_address=address,
                 ray_local=local,
                 rootdir=self.config.rootpath,

@@ -3,14 +3,25 @@
     python examples/train_tiny_model.py                     # full run, writes pytest_reward/jax/models/tiny-adder
     python examples/train_tiny_model.py --smoke --out /tmp/adder   # a few steps, to check the script works
 
-Task: the prompt ``"12+345="`` is followed by the sum and the end-of-text token, ``"357<|endoftext|>"``. The loss
-only counts the answer and the end-of-text token. Operands have 1-3 digits (digit count uniform, then the value
-uniform), so small and large numbers are both common.
+Task: every problem is one document in GPT-2's convention, ``<|endoftext|>12+345=357<|endoftext|>``: the model
+reads the end-of-text token in front of the text (its start token, declared in the saved tokenizer as
+``"add_bos_token": true``), then the problem, then ends the answer with the end-of-text token. The loss counts every
+token after the start token (operands, ``+``, ``=``, the answer and the closing end-of-text), so the model is a
+language model of the whole problem text: the inference job scores texts and generates from prompts under exactly
+this convention (``InferenceJob.start_token``), and teacher-forced scoring, perplexity and greedy rollouts agree.
+The answer's tokens (and its end-of-text) weigh ``--answer-weight`` times the others in the loss: the operands are
+random digits whose loss cannot go below their entropy, and at equal weight their gradient drowns the answer's
+(at equal weight the validation accuracy was 0.72 after 2500 of 3000 steps; the previous recipe, answer-only
+loss, reached 0.94 but left the problem text unmodelled: a perplexity of 3.0e4 per token on held-out problems).
+Operands have 1-3 digits (digit count uniform, then the value uniform), so small and large numbers are both
+common.
 
 Held-out set: ``--heldout`` problems are drawn first with their own seed and written to ``heldout.jsonl`` (one
 ``{"prompt": ..., "answer": ...}`` per line); the training sampler rejects them in either operand order, so no
 held-out problem (nor its commuted twin) is ever trained on. At the end the script decodes the whole held-out
-set greedily with :class:`pytest_reward.jax.InferenceJob` and records the accuracy in the model card.
+set greedily with :class:`pytest_reward.jax.InferenceJob` and records the accuracy in the model card, with the
+teacher-forced answer accuracy (the argmax at each answer position given the true problem before it) and the
+perplexity of the held-out problems as text.
 
 Everything is seeded (numpy for data, jax for init, a fixed optimiser schedule), so a rerun on the same machine
 gives the same weights.
@@ -32,8 +43,8 @@ import optax
 
 from pytest_reward.jax import ByteTokenizer, InferenceJob, ModelConfig, init_params, model
 
-EOT = 256
-SEQ = 16  # "999+999=1998" + EOT is 13 tokens
+EOT = 256  # <|endoftext|>: the start token in front of every problem, and the end of its answer
+SEQ = 16  # predictions per row: EOT "999+999=1998" EOT is 14 tokens, 13 predictions
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "pytest_reward" / "jax" / "models" / "tiny-adder"
 
 
@@ -55,19 +66,23 @@ def heldout_problems(seed: int, n: int, max_digits: int) -> np.ndarray:
     return np.array(list(seen), dtype=np.int64)
 
 
-def encode_batch(pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def encode_batch(pairs: np.ndarray, answer_weight: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Operand pairs -> inputs (B, SEQ) int32, targets (B, SEQ) int32, loss weights (B, SEQ) float32.
 
-    Sequences are right-padded with EOT; weights select the answer digits and the EOT that ends them.
+    Row ``EOT a+b=sum EOT``, right-padded with EOT; weights select every prediction up to the closing EOT: 1 for
+    the problem's tokens, ``answer_weight`` for the answer's and its closing EOT.
     """
     B = len(pairs)
     tokens = np.full((B, SEQ + 1), EOT, np.int32)
     weights = np.zeros((B, SEQ), np.float32)
     for i, (a, b) in enumerate(pairs.tolist()):
-        prompt, answer = f"{a}+{b}=".encode(), f"{a + b}".encode()
-        seq = list(prompt) + list(answer) + [EOT]
+        problem, answer = f"{a}+{b}=".encode(), f"{a + b}".encode()
+        seq = [EOT, *problem, *answer, EOT]
         tokens[i, : len(seq)] = seq
-        weights[i, len(prompt) - 1 : len(seq) - 1] = 1.0  # predictions of the answer digits and EOT
+        weights[i, : len(problem)] = 1.0  # predictions of the problem's tokens, each after the ones before it
+        weights[i, len(problem) : len(seq) - 1] = (
+            answer_weight  # the answer's digits and the EOT that ends it
+        )
     return tokens[:, :-1], tokens[:, 1:], weights
 
 
@@ -124,7 +139,8 @@ def train(args: argparse.Namespace) -> dict[str, object]:
         pairs = np.array(
             [p for p in pairs.tolist() if tuple(p) not in forbidden][: args.batch_size], np.int64
         )
-        params, opt_state, loss = step(params, opt_state, *map(jnp.asarray, encode_batch(pairs)))
+        batch = encode_batch(pairs, args.answer_weight)
+        params, opt_state, loss = step(params, opt_state, *map(jnp.asarray, batch))
         if i % args.log_every == 0 or i == args.steps:
             losses.append(float(loss))
             print(f"step {i:5d}  loss {float(loss):.4f}  {time.perf_counter() - t0:6.1f}s", flush=True)
@@ -133,22 +149,23 @@ def train(args: argparse.Namespace) -> dict[str, object]:
     train_seconds = time.perf_counter() - t0
 
     out = Path(args.out)
-    job = InferenceJob.from_params(
-        cfg, jax.device_get(params), tokenizer=ByteTokenizer(), per_device_batch_size=256
-    )
+    job = inference_job(cfg, params)
     job.save(out)
     with (out / "heldout.jsonl").open("w", encoding="utf-8") as f:
         for a, b in held.tolist():
             f.write(json.dumps({"prompt": f"{a}+{b}=", "answer": str(a + b)}) + "\n")
 
-    heldout_accuracy = accuracy(cfg, params, held)
     report = {
+        "command": " ".join(["python examples/train_tiny_model.py", *args.argv]),
         "steps": args.steps,
         "batch_size": args.batch_size,
+        "answer_weight": args.answer_weight,
         "train_seconds": round(train_seconds, 1),
         "final_loss": losses[-1] if losses else math.nan,
         "heldout_problems": len(held),
-        "heldout_greedy_accuracy": heldout_accuracy,
+        "heldout_greedy_accuracy": accuracy(cfg, params, held),
+        "heldout_teacher_forced_accuracy": teacher_forced_accuracy(cfg, params, held),
+        "heldout_perplexity": perplexity(cfg, params, held),
         "params": cfg.n_params,
         "seed": args.seed,
         "jax": jax.__version__,
@@ -158,13 +175,34 @@ def train(args: argparse.Namespace) -> dict[str, object]:
     return report
 
 
+def inference_job(cfg: ModelConfig, params: model.Params) -> InferenceJob:
+    """The model as the inference engine runs it: the tokenizer declares ``<|endoftext|>`` as the start token."""
+    tokenizer = ByteTokenizer(add_bos_token=True)
+    return InferenceJob.from_params(
+        cfg, jax.device_get(params), tokenizer=tokenizer, per_device_batch_size=256
+    )
+
+
 def accuracy(cfg: ModelConfig, params: model.Params, pairs: np.ndarray) -> float:
     """Greedy exact-match accuracy on operand pairs (n, 2), decoded with the inference engine."""
-    job = InferenceJob.from_params(
-        cfg, jax.device_get(params), tokenizer=ByteTokenizer(), per_device_batch_size=256
-    )
-    rollouts = job.rollout([f"{a}+{b}=" for a, b in pairs.tolist()], max_new_tokens=6)
+    rollouts = inference_job(cfg, params).rollout([f"{a}+{b}=" for a, b in pairs.tolist()], max_new_tokens=6)
     return sum(r.text == str(a + b) for r, (a, b) in zip(rollouts, pairs.tolist(), strict=True)) / len(pairs)
+
+
+def teacher_forced_accuracy(cfg: ModelConfig, params: model.Params, pairs: np.ndarray) -> float:
+    """Fraction of problems whose every answer digit, and the end-of-text token after them, is the argmax given
+    the true text before it (what a greedy rollout must produce to be exactly right)."""
+    job = inference_job(cfg, params)
+    texts = [(f"{a}+{b}=", f"{a + b}<|endoftext|>") for a, b in pairs.tolist()]
+    scored = job.loglikelihood(texts)
+    return sum(s.is_greedy for s in scored) / len(pairs)
+
+
+def perplexity(cfg: ModelConfig, params: model.Params, pairs: np.ndarray) -> float:
+    """Mean over problems of the per-token perplexity of ``"a+b=sum"`` (every character scored after the start
+    token), as the demo's ``PerplexityEvaluation`` reports it."""
+    nll = inference_job(cfg, params).token_nll([f"{a}+{b}={a + b}" for a, b in pairs.tolist()])
+    return float(np.mean([math.exp(float(x.mean())) for x in nll]))
 
 
 def model_card(cfg: ModelConfig, report: dict[str, object]) -> str:
@@ -174,10 +212,22 @@ A byte-level GPT-2 ({cfg.n_layers} layers, d_model {cfg.d_model}, {cfg.n_heads} 
 context {cfg.max_positions}) that completes additions of 1-3 digit numbers: `"12+345="` -> `"357"` then the
 end-of-text token (id 256). Tokens are UTF-8 bytes (0-255) plus `<|endoftext|>` (256).
 
-Trained by `examples/train_tiny_model.py` (deterministic: fixed seeds) for {report["steps"]} steps of
-{report["batch_size"]} problems in {report["train_seconds"]} s on CPU (jax {report["jax"]}).
-Greedy accuracy on the {report["heldout_problems"]} held-out problems of `heldout.jsonl` (never trained on, in
-either operand order): **{report["heldout_greedy_accuracy"]:.3f}**.
+Every problem is read as one GPT-2 style document, `<|endoftext|>12+345=357<|endoftext|>`: the end-of-text
+token in front is the model's start token, declared in `tokenizer_config.json` (`"add_bos_token": true`) and in
+the `tokenizer.json` post-processor, so `InferenceJob` and transformers' `tokenizer(text)` both put it in front of
+every text they score or prompt they generate from. The training loss counts every token after it (the answer's
+tokens weigh {report["answer_weight"]}x the problem's).
+
+Trained by `{report["command"]}` (deterministic: fixed seeds) for {report["steps"]} steps of
+{report["batch_size"]} problems in {report["train_seconds"]} s on CPU (jax {report["jax"]}). On the
+{report["heldout_problems"]} held-out problems of `heldout.jsonl` (never trained on, in either operand order):
+
+* greedy rollout accuracy (the generated answer is exactly the sum): **{report["heldout_greedy_accuracy"]:.3f}**;
+* teacher-forced answer accuracy (every answer digit and the closing end-of-text token is the argmax given the true
+  text before it): **{report["heldout_teacher_forced_accuracy"]:.3f}**;
+* perplexity of the problems as text (`"12+345=357"`: per token, every character scored after the start token,
+  averaged over problems): **{report["heldout_perplexity"]:.2f}** (the operands are random digits; the answer is
+  nearly certain).
 
 Load it with `InferenceJob.from_checkpoint(resolve_model("tiny-adder"))`, or with transformers:
 `AutoModelForCausalLM.from_pretrained(path)` and `AutoTokenizer.from_pretrained(path)`.
@@ -197,6 +247,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument(
+        "--answer-weight", type=float, default=8.0, help="loss weight of the answer's tokens (others: 1)"
+    )
     p.add_argument("--d-model", type=int, default=128)
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--heads", type=int, default=4)
@@ -206,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--log-every", type=int, default=100)
     p.add_argument("--eval-every", type=int, default=500, help="validation accuracy every N steps (0: never)")
     args = p.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     if args.smoke:
         if args.out == DEFAULT_OUT:
             p.error("--smoke needs an explicit --out (it must not overwrite the shipped model)")

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from pytest_reward.evaluation import (
+    EncodingEvaluation,
     PerplexityComparisonEvaluation,
     PerplexityEvaluation,
     RolloutEvaluation,
@@ -24,7 +25,7 @@ HELDOUT = [json.loads(line) for line in (Path(__file__).parent / "data" / "heldo
 @pytest.mark.reward(mean=0.85, confidence=0.95)
 class HeldoutAccuracy(RolloutEvaluation):
     """Greedy decoding on held-out sums: the lower bound of the 95 % bootstrap interval of the accuracy must
-    be at least 0.85 (the model scores 0.937 on all 1000 held-out problems)."""
+    be at least 0.85 (the model scores 0.930 on these 200 and 0.943 on all 1000 held-out problems)."""
 
     name = "heldout_accuracy"
 
@@ -41,12 +42,38 @@ class HeldoutAccuracy(RolloutEvaluation):
         return y == y_hat
 
 
-@pytest.mark.reward(max_mean=250_000)
-class ProblemPerplexity(PerplexityEvaluation):
-    """Perplexity (lower is better) of whole problems as text, ``"95+79=174"``.
+@pytest.mark.reward(mean=0.85, confidence=0.95)
+class TeacherForcedAnswers(EncodingEvaluation):
+    """The same sums read whole, ``"95+79=174<|endoftext|>"`` (teacher forcing): the model's argmax at each answer
+    position, given the true text before it, must spell the answer and then end it. The text is read after the
+    same start token as the rollouts' prompts, so this agrees with ``HeldoutAccuracy`` within a few points (a
+    greedy rollout that gets its first digit right conditions on exactly the same context)."""
 
-    The model was trained on the answers only, so the random operands are nearly unpredictable and the
-    perplexity is high (about 1.6e5 on these problems); what this gate catches is a checkpoint that got worse.
+    name = "teacher_forced_answers"
+
+    def __len__(self):
+        return len(HELDOUT)
+
+    def get(self, indx):
+        return HELDOUT[indx]["prompt"] + HELDOUT[indx]["answer"] + "<|endoftext|>"
+
+    def clean(self, y_hat):
+        return y_hat  # one guess per token of the text: keep them all, spaces included
+
+    def check(self, x, y_hat):
+        answer = x.split("=")[1]  # "174<|endoftext|>"
+        return y_hat.endswith(answer)
+
+
+@pytest.mark.reward(max_mean=8.0)
+class ProblemPerplexity(PerplexityEvaluation):
+    """Perplexity (lower is better) of whole problems as text, ``"95+79=174"``: per token, every character scored
+    (each given the start token and the characters before it); one value per problem, averaged over 64 problems.
+
+    The operands are random, so no model can go below the data's own entropy: 3.67 on these problems (see the
+    README); a uniform guess over the 257 tokens would be 257. The model scores about 5.8: the few problems whose
+    answer it gets wrong pull the average up. The gate catches a checkpoint that got worse, or scoring that no
+    longer reads texts the way the model was trained.
     """
 
     name = "problem_perplexity"

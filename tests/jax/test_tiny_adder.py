@@ -1,9 +1,11 @@
-"""The shipped tiny-adder model: it adds, its held-out set is held out, and the training script runs."""
+"""The shipped tiny-adder model: it adds, its held-out set is held out, it is scored under the convention it was
+trained with (teacher forcing, perplexity and greedy rollouts agree), and the training script runs."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import subprocess
 import sys
@@ -11,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_reward.evaluation import EncodingEvaluation, PerplexityEvaluation, RolloutEvaluation
 from pytest_reward.jax import InferenceJob, available_models, resolve_model
 
 REPO = Path(__file__).resolve().parents[2]
@@ -91,3 +94,93 @@ def test_training_script_smoke(tmp_path):
         [sys.executable, str(TRAIN), "--smoke"], env=env, capture_output=True, text=True, timeout=120
     )
     assert refused.returncode == 2 and "--out" in refused.stderr
+
+
+# ---------------------------------------------------------------------------------------------- start-token convention
+class _Rows:
+    def __init__(self, rows):
+        self.rows = rows
+
+    def __len__(self):
+        return len(self.rows)
+
+
+class _Greedy(_Rows, RolloutEvaluation):
+    name = "greedy"
+
+    def get(self, i):
+        return self.rows[i]["prompt"], self.rows[i]["answer"]
+
+    def max_new_tokens(self, inference):
+        return 6
+
+    def check(self, y, y_hat):
+        return y == y_hat
+
+
+class _TeacherForced(_Rows, EncodingEvaluation):
+    """The whole problem read at once: the argmax at every answer position (and at its end) must be right."""
+
+    name = "teacher_forced"
+
+    def get(self, i):
+        return self.rows[i]["prompt"] + self.rows[i]["answer"] + "<|endoftext|>"
+
+    def clean(self, y_hat):
+        return y_hat
+
+    def check(self, x, y_hat):
+        return y_hat.endswith(x.split("=")[1])
+
+
+class _Problems(_Rows, PerplexityEvaluation):
+    name = "problems"
+
+    def get(self, i):
+        return self.rows[i]["prompt"] + self.rows[i]["answer"]
+
+
+def test_the_model_declares_the_start_token_it_was_trained_with(adder, adder_dir):
+    """It was trained on ``<|endoftext|>12+345=357<|endoftext|>``: its tokenizer declares ``<|endoftext|>`` as the
+    start token, so our job and transformers' own tokenizer both read every text after it."""
+    config = json.loads((adder_dir / "tokenizer_config.json").read_text())
+    assert config["add_bos_token"] is True and adder.start_token == 256
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.AutoTokenizer.from_pretrained(adder_dir)
+    assert hf("12+345=").input_ids == [256, *b"12+345="]
+    [r] = adder.rollout(["12+345="], max_new_tokens=6)
+    assert r.prompt_tokens == (256, *b"12+345=") and r.text == "357"
+
+
+def test_bug_teacher_forced_and_greedy_accuracy_agree(adder, adder_dir):
+    """Regression (issue 15): scoring read every text after ``<|endoftext|>`` while rollouts read the bare prompt,
+    and the model had been trained bare: teacher-forced answers were 0.000 right while greedy ones were 0.937.
+    Now one convention, the trained one, for both: they agree within a few points."""
+    problems = _heldout(adder_dir)
+    greedy = _Greedy(problems)(adder)
+    teacher = _TeacherForced(problems)(adder)
+    assert greedy >= 0.9
+    assert abs(teacher - greedy) <= 0.03
+
+
+def _optimal_nll(prompt: str) -> float:
+    """-log p(problem) under the training distribution: a digit count uniform in 1..3, then a value uniform among
+    those with that many digits, for each operand; ``+``, ``=`` and the sum are then certain."""
+    counts = {1: 10, 2: 90, 3: 900}
+    return sum(math.log(3 * counts[len(x)]) for x in prompt.removesuffix("=").split("+"))
+
+
+def test_problem_perplexity_is_close_to_what_the_task_allows(adder, adder_dir):
+    """The demo's perplexity, per token over every character of ``"a+b=sum"`` (each after the start token), is a
+    number a person can check: the operands are random, so no model can beat the entropy of the data; a trained
+    one comes close to it. Regression (issue 15): 1.756e5 before, above the 257-token vocabulary."""
+    problems = _heldout(adder_dir)
+    samples = _Problems(problems).evaluate_samples(adder)
+    tokens = [len(p["prompt"]) + len(p["answer"]) for p in problems]
+    assert [s.metrics["tokens"] for s in samples] == tokens  # every character is scored
+    model = _Problems.corpus_perplexity(samples)
+    best = math.exp(sum(_optimal_nll(p["prompt"]) for p in problems) / sum(tokens))
+    assert best * 0.97 <= model <= best * 1.15
+    assert (
+        1.0 < _Problems(problems)(adder) < 10.0
+    )  # the mean of per-problem perplexities, what the demo gates

@@ -241,3 +241,69 @@ def test_detection_and_fit_errors_in_process():
     reward = native_reward(trl_fn)
     out = reward(rollouts_messages=[msgs("q", "a"), msgs("q", "b")], ground_truth=[None, None])
     assert [r.score for r in out] == [1.0, 1.0]
+
+
+# --- in worker processes ----------------------------------------------------------------------------------------
+
+STYLED = """
+    import asyncio
+
+    def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+        ok = solution_str.strip().endswith(str(ground_truth))
+        return {"score": 1.0 if ok else 0.0, "acc": ok, "turns": extra_info["num_turns"]}
+
+    def accuracy(prompts, completions, ground_truth=None, **kwargs):
+        # a TRL batch: scores depend on the batch (position and size), so a changed batching shows
+        n = len(completions)
+        return [None if gt == "7" else float(c[0]["content"].endswith(gt)) * (i + 1) / n
+                for i, (c, gt) in enumerate(zip(completions, ground_truth))]
+
+    def reward_func(queries, prompts, labels):
+        return {"rewards": [float(q.endswith(str(l))) for q, l in zip(queries, labels)], "extra_logs": {"n": [0.5]}}
+
+    async def custom_rm(args, sample, **kwargs):
+        await asyncio.sleep(0)
+        if sample.label == "13":
+            raise ValueError("unlucky label")
+        return float(sample.response.endswith(sample.label))
+
+    async def group_rm(args, samples, **kwargs):
+        return [{"score": float(s.response.endswith(s.label)), "idx": i / len(samples)} for i, s in enumerate(samples)]
+"""
+
+
+def test_styled_functions_score_in_worker_processes_as_in_process(project):
+    from .test_executors import normalized_files
+
+    project.file("styled.py", STYLED)
+    rows = [
+        {"id": f"r{i}", "messages": msgs(f"{i}+0?", f"It is {i if i % 3 else i + 1}"), "ground_truth": str(i),
+         "data_source": "toy", "extra_info": {"index": i}}
+        for i in range(41)
+    ]  # fmt: skip
+    rows.insert(20, "{not json")
+    project.jsonl("s.jsonl", rows)
+    specs = [
+        "verl:styled.py::compute_score",
+        "trl:styled.py::accuracy",
+        "openrlhf:styled.py::reward_func",
+        "slime:styled.py::custom_rm",
+        "slime-group:styled.py::group_rm",
+    ]
+    args = [a for spec in specs for a in ("--reward-fn", spec)]
+    args += ["--reward-samples", "s.jsonl", "--reward-granularity", "file", "--reward-threshold", "0.5"]
+    args += ["--reward-batch-size", "6", "--reward-preview", "3"]
+    reference = project.run(*args, "--reward-report", "out-thread", "--reward-save=thread", "-rf")
+    reference.assert_outcomes(failed=5)  # each function: the bad line, and wrong answers
+    reference.stdout.fnmatch_lines(["*of 42 samples failed (custom_rm on s.jsonl)*"])
+    expected = normalized_files(project.path, "out-thread", "thread")
+    assert "unlucky label" in expected["results.jsonl"] and "returned None" in expected["results.jsonl"]
+    result = project.run(
+        *args, "--reward-report", "out-process", "--reward-save=process",
+        "--reward-executor", "process", "--reward-workers", "2", "-rf",
+    )  # fmt: skip
+    result.assert_outcomes(failed=5)
+    assert "cannot be scored by --reward-executor process" not in result.stdout.str()
+    got = normalized_files(project.path, "out-process", "process")
+    for file, text in expected.items():
+        assert got[file] == text, f"{file} differs from the in-process run's"

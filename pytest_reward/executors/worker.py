@@ -98,6 +98,9 @@ class FunctionRef:
     batch_size: int = 32
     sys_path: tuple[str, ...] = ()
     """The controller's ``sys.path`` entries under the rootdir (for functions imported by module name)."""
+    style: str | None = None
+    """A trainer-native function's style (``--reward-fn verl:...``, or read from its parameters): the worker
+    imports the function as written and wraps it as the controller did (:func:`pytest_reward.styles.native_reward`)."""
 
     @classmethod
     def of(cls, invoker: Invoker, rootdir: Path, *, batch_size: int, executor: str) -> FunctionRef:
@@ -126,6 +129,7 @@ class FunctionRef:
             replay_tolerance=invoker.replay_tolerance,
             batch_size=batch_size,
             sys_path=where.sys_path,
+            style=getattr(fn.obj, "__reward_style__", None),
         )
 
     @property
@@ -197,6 +201,15 @@ def _import(ref: FunctionRef) -> Any:
         if not hasattr(obj, part):
             raise ShipError(f"module {module.__name__} has no attribute {ref.attr!r} in the worker")
         obj = getattr(obj, part)
+    if ref.style is not None:  # a trainer-native function: wrapped here as on the controller
+        from ..styles import StyleError, native_reward
+
+        try:
+            return native_reward(obj, ref.style)
+        except StyleError as exc:
+            raise ShipError(
+                f"{module.__name__}.{ref.attr} as a {ref.style} function in the worker: {exc}"
+            ) from None
     if not is_reward_function(obj):
         raise ShipError(f"{module.__name__}.{ref.attr} is not a @reward_function in the worker")
     return obj

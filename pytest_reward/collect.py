@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -30,7 +31,7 @@ from .pytest_private import fixture_info
 from .samples import Sample, SampleError
 from .scoring import Invoker
 from .session import RewardSession, session_key
-from .sources import DatasetError, check_dataset, count_samples, read_samples
+from .sources import DatasetError, check_dataset, count_samples, fields_key, read_samples, uses_fields
 from .thresholds import GateError, validate_marker
 
 if TYPE_CHECKING:
@@ -69,12 +70,40 @@ class SamplesFile(pytest.File):
         if granularity == "file":
             yield from self._file_items(rs, functions, label)
             for fn, probes in probed:
-                yield from self._probe_items(ProbeTarget(fn, label, self.path, rs), probes)
+                yield from self._probe_items(self._probe_target(rs, fn, label), probes)
             return
-        samples: list[Sample] = []
-        yield from self._sample_items(rs, functions, label, samples)
+        samples_of: dict[str, list[Sample]] = {}
+        for fields, group in self._by_fields(rs, functions):
+            samples: list[Sample] = []
+            yield from self._sample_items(
+                rs, group, label, fields, samples, shared=len(functions) == len(group)
+            )
+            samples_of.update((fn.name, samples) for fn in group)
         for fn, probes in probed:
-            yield from self._probe_items(ProbeTarget(fn, label, self.path, rs, samples), probes)
+            yield from self._probe_items(self._probe_target(rs, fn, label, samples_of[fn.name]), probes)
+
+    def _by_fields(
+        self, rs: RewardSession, functions: list[RewardFn]
+    ) -> list[tuple[dict[str, str], list[RewardFn]]]:
+        """The functions grouped by the field mapping they read this file with (one group for a JSONL file, or
+        when no marker maps fields): the file is parsed once per distinct mapping."""
+        if not uses_fields(self.path):
+            return [({}, functions)]
+        groups: dict[str, tuple[dict[str, str], list[RewardFn]]] = {}
+        for fn in functions:
+            fields = rs.settings.fields_for(fn.gates)
+            groups.setdefault(fields_key(fields), (fields, []))[1].append(fn)
+        return list(groups.values())
+
+    def _probe_target(
+        self, rs: RewardSession, fn: RewardFn, label: str, samples: list[Sample] | None = None
+    ) -> ProbeTarget:
+        target = ProbeTarget(fn, label, self.path, rs, samples)
+        if samples is None and fn.gates.sample_fields is not None:
+            # file granularity: the probe target streams the file with the settings' mapping; this function's is
+            # its marker's
+            target.settings = replace(rs.settings, sample_fields=fn.gates.sample_fields)
+        return target
 
     def _probed(self, rs: RewardSession, functions: list[RewardFn]) -> list[tuple[RewardFn, list[Any]]]:
         """The functions whose marker declares probes, and their probes (an unknown name is a collection error
@@ -105,6 +134,13 @@ class SamplesFile(pytest.File):
 
     def _file_items(self, rs: RewardSession, functions: list[RewardFn], label: str) -> Iterator[pytest.Item]:
         settings = rs.settings
+        default = fields_key(dict(settings.sample_fields))
+        pool_keys = {
+            fn.name: _pool_key(label, fields_key(settings.fields_for(fn.gates)), default)
+            if uses_fields(self.path)
+            else label
+            for fn in functions
+        }
         if not (settings.model or overrides_inference_job(self.config)):
             for fn in functions:
                 yield FileItem.from_parent(
@@ -119,6 +155,7 @@ class SamplesFile(pytest.File):
                         replay_tolerance=settings.replay_tolerance,
                     ),
                     rs=rs,
+                    pool_key=pool_keys[fn.name],
                 )
             return
         # A model is at hand: items that can roll out the file's prompt-only samples, if it has any (the file is
@@ -139,20 +176,28 @@ class SamplesFile(pytest.File):
                     replay_tolerance=settings.replay_tolerance,
                 ),
                 rs=rs,
+                pool_key=pool_keys[fn.name],
             )
-            rs.rollouts.expect_reader(label, item.rollout_settings())
+            rs.rollouts.expect_reader(pool_keys[fn.name], item.rollout_settings())
             yield item
 
     def _sample_items(
-        self, rs: RewardSession, functions: list[RewardFn], label: str, samples: list[Sample]
+        self,
+        rs: RewardSession,
+        functions: list[RewardFn],
+        label: str,
+        fields: dict[str, str],
+        samples: list[Sample],
+        *,
+        shared: bool,
     ) -> Iterator[pytest.Item]:
-        """Items per function × sample; ``samples`` is filled with the file's samples (probe items share them)."""
+        """Items per function × sample, the file read with ``fields``; ``samples`` is filled with the file's
+        samples (probe items share them). ``shared``: every function of the file reads it this way, so a row that
+        cannot be read is one item for all of them (else one per function, ``fn[row-N]``)."""
         settings = rs.settings
         errors: list[SampleError] = []
         seen: dict[str, int] = {}
-        records = read_samples(
-            self.path, max_line_bytes=settings.max_line_bytes, fields=dict(settings.sample_fields)
-        )
+        records = read_samples(self.path, max_line_bytes=settings.max_line_bytes, fields=fields)
         for record in _guarded(records, self):
             if isinstance(record, SampleError):
                 errors.append(record)
@@ -174,14 +219,20 @@ class SamplesFile(pytest.File):
         total = len(samples) + len(errors)
         groups = {fn.name: {"function": fn.name, "file": label, "total": total} for fn in functions}
         for err in errors:
-            yield LineErrorItem.from_parent(
-                self,
-                name=err.label,
-                error=err,
-                functions=functions,
-                file_label=label,
-                groups=list(groups.values()),
-            )
+            for owners in [functions] if shared else [[fn] for fn in functions]:
+                yield LineErrorItem.from_parent(
+                    self,
+                    name=err.label if shared else f"{owners[0].name}[{err.label}]",
+                    error=err,
+                    functions=owners,
+                    file_label=label,
+                    groups=[groups[fn.name] for fn in owners],
+                )
+        pool_key = (
+            _pool_key(label, fields_key(fields), fields_key(dict(settings.sample_fields)))
+            if uses_fields(self.path)
+            else label
+        )
         fixtureinfo = None
         for fn in functions:
             invoker = Invoker(
@@ -211,6 +262,7 @@ class SamplesFile(pytest.File):
                         invoker=invoker,
                         sample=sample,
                         group=groups[fn.name],
+                        pool_key=pool_key,
                     )
                     continue
                 yield SampleItem.from_parent(
@@ -218,7 +270,13 @@ class SamplesFile(pytest.File):
                 )
         prompt_only = [s for s in samples if s.prompt_only]
         if prompt_only:
-            rs.rollouts.register(label, prompt_only)
+            rs.rollouts.register(pool_key, prompt_only)
+
+
+def _pool_key(label: str, fields: str, default: str | None) -> str:
+    """Where the rollout pool keeps a file's generated responses for functions reading it with ``fields``: the
+    file's label for the usual mapping, a key of its own for another (other prompts, other responses)."""
+    return label if fields == default else f"{label}#fields:{fields}"
 
 
 def _guarded(records: Iterator[Sample | SampleError], collector: pytest.Collector) -> Iterator[Any]:

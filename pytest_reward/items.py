@@ -277,11 +277,22 @@ class _FileRun:
     rs: RewardSession
     path: Path
 
-    def __init__(self, *, fn: RewardFn, invoker: Invoker, rs: RewardSession, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        fn: RewardFn,
+        invoker: Invoker,
+        rs: RewardSession,
+        pool_key: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.fn = fn
         self.invoker = invoker
         self.rs = rs
+        self.pool_key = pool_key or invoker.file_label
+        """Where the rollout pool shares this file's responses (functions reading it with another field mapping
+        read other prompts: a key of their own)."""
         apply_marks(self, fn)  # type: ignore[arg-type]
 
     def crash_data(self, reason: str) -> dict[str, Any]:
@@ -325,7 +336,10 @@ class _FileRun:
         # Keys (numbered duplicates, response hashes) only when the run stores per-sample data: they cost a hash.
         keys = settings.needs_record or settings.needs_rows
         records = read_samples(
-            self.path, max_line_bytes=settings.max_line_bytes, keys=keys, fields=dict(settings.sample_fields)
+            self.path,
+            max_line_bytes=settings.max_line_bytes,
+            keys=keys,
+            fields=settings.fields_for(self.fn.gates),
         )
         for record in records:
             problem = None
@@ -356,7 +370,7 @@ class _FileRun:
     def _roll(self, samples: list[Sample], index: int, rolling: Any) -> Iterator[SampleOutcome]:
         from .rollouts import score_responses
 
-        label, pool = self.invoker.file_label, self.rs.rollouts
+        label, pool = self.pool_key, self.rs.rollouts
         try:
             responses = pool.chunk(self._job(), label, index, samples, rolling)
         except (ValueError, RuntimeError, pytest.fail.Exception) as exc:
@@ -604,10 +618,18 @@ class RolloutSampleItem(_OneSample, _ModelItem):
     """A prompt-only sample: rolled out by the session's model (``n`` responses), each response scored."""
 
     def __init__(
-        self, *, fn: RewardFn, invoker: Invoker, sample: Sample, group: dict[str, Any], **kwargs: Any
+        self,
+        *,
+        fn: RewardFn,
+        invoker: Invoker,
+        sample: Sample,
+        group: dict[str, Any],
+        pool_key: str | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self._setup(fn, invoker, sample, group)
+        self.pool_key = pool_key or invoker.file_label
 
     def runtest(self) -> None:
         __tracebackhide__ = True
@@ -621,7 +643,7 @@ class RolloutSampleItem(_OneSample, _ModelItem):
         pool = rs.rollouts
         before = (pool.calls, pool.seconds)
         try:
-            responses = pool.responses(job, self.invoker.file_label, sample, settings)
+            responses = pool.responses(job, self.pool_key, sample, settings)
         except (ValueError, RuntimeError) as exc:  # e.g. a prompt longer than the model's context
             outcome = self.invoker.outcome(sample, None, error=f"rollout failed: {exc}")
             self._record(outcome, rollout_delta(pool, before))

@@ -97,7 +97,7 @@ OPTIONS: tuple[Option, ...] = (
         [],
         "Which column of a Parquet / Arrow samples file is what: TARGET=column or TARGET=column.field (targets: "
         "messages, prompt, response, ground_truth, id, or a keyword argument); without it, verl's and TRL's "
-        "schemas are recognised.",
+        "schemas are recognised. A function's marker sample_fields={...} replaces it for that function.",
     ),
     Option(
         "--reward-threshold",
@@ -478,6 +478,11 @@ class Settings:
     deploy_partial: bool = False
     bundle_name: str | None = None
     bundle_include: tuple[str, ...] = ()
+
+    def fields_for(self, gates: Gates) -> dict[str, str]:
+        """The field mapping a function reads dataset files with: its marker's ``sample_fields`` when it has one
+        (the marker wins for that function), else ini ``reward_sample_fields``."""
+        return dict(self.sample_fields if gates.sample_fields is None else gates.sample_fields)
 
     @property
     def needs_record(self) -> bool:

@@ -20,13 +20,15 @@ if TYPE_CHECKING:
 
 MARKER_DOC = (
     "reward(threshold=None, mean=None, pass_rate=None, quantile=None, confidence=None, metrics=None, "
-    "samples=None, rollout=None, timeout=None, probes=None): thresholds and samples of a reward function. "
+    "samples=None, rollout=None, timeout=None, probes=None, sample_fields=None): thresholds and samples of a "
+    "reward function. "
     "threshold: "
     "per-sample pass score; "
     "mean / pass_rate / quantile={q: bound}: aggregate gates per function x samples file; confidence: gate on "
     "the lower bound of a bootstrap (mean) / Wilson (rate) interval; metrics={name: {...}}: the same per metric; "
     "samples: JSONL file(s) for this function; timeout: seconds one call may take; probes: reward-hacking probes "
-    "('default', a list of names, or {probe: rule})."
+    "('default', a list of names, or {probe: rule}); sample_fields={target: 'column.field'}: which column of a "
+    "Parquet / Arrow file is what for this function (instead of ini reward_sample_fields)."
 )
 
 

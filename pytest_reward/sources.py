@@ -3,7 +3,8 @@
 
 A row becomes a record like a JSONL line, then goes through :func:`samples.parse_record` (one validation for every
 format). Which column is what comes from a field mapping (ini ``reward_sample_fields``, ``TARGET=dotted.path``,
-dotted paths reaching into structs), else from the first preset whose columns the file has:
+dotted paths reaching into structs; a function's marker ``sample_fields={...}`` replaces it for that function, the
+file then being read once per distinct mapping), laid over the first preset whose columns the file has:
 
 - ``messages``: the plugin's own schema, as in JSONL;
 - verl (``reward_model`` and ``prompt``): ``messages=prompt ground_truth=reward_model.ground_truth``; the other
@@ -50,10 +51,12 @@ __all__ = [
     "DatasetError",
     "check_dataset",
     "count_samples",
+    "fields_key",
     "is_samples_file",
     "parse_fields",
     "read_samples",
     "saved_dataset_files",
+    "uses_fields",
 ]
 
 DATASET_SUFFIXES = (".parquet", ".arrow")
@@ -78,6 +81,16 @@ def is_samples_file(path: str | os.PathLike[str]) -> bool:
     return str(path).endswith(SUFFIXES)
 
 
+def fields_key(fields: dict[str, str]) -> str:
+    """A field mapping as a canonical string (equal for equal mappings, whatever their order)."""
+    return " ".join(f"{t}={p}" for t, p in sorted(fields.items()))
+
+
+def uses_fields(path: str | os.PathLike[str]) -> bool:
+    """Whether a field mapping applies to ``path`` (a dataset; a JSONL file's keys are its fields)."""
+    return str(path).endswith(DATASET_SUFFIXES)
+
+
 def parse_fields(entries: Sequence[str], where: str) -> dict[str, str]:
     """``["messages=prompt", "ground_truth=reward_model.ground_truth"]`` → ``{target: path}``; a malformed entry
     raises ``ValueError`` naming ``where``."""
@@ -89,6 +102,11 @@ def parse_fields(entries: Sequence[str], where: str) -> dict[str, str]:
             raise ValueError(
                 f"{where}: {entry!r} is not TARGET=column or TARGET=column.field (e.g. "
                 "ground_truth=reward_model.ground_truth)"
+            )
+        if not target.isidentifier():
+            raise ValueError(
+                f"{where}: target {target!r} is not a name (targets: messages, prompt, response, ground_truth, "
+                "id, expect, or a keyword argument of the reward function)"
             )
         if target in out:
             raise ValueError(f"{where}: {target!r} is mapped twice")

@@ -10,6 +10,9 @@ metrics={"relevance": {"mean": 0.6}}, samples="data/x.jsonl", rollout={...})``
 * ``confidence``: the mean and pass-rate gates must hold for the *lower bound* of the two-sided ``confidence``
   interval (seeded percentile bootstrap for the mean, Wilson score for the rate), not the point estimate.
 * ``metrics``: the same keys (``threshold``, ``mean``, ``pass_rate``, ``quantile``) per named metric.
+* ``sample_fields``: which column of a dataset samples file (Parquet, Arrow) is what for this function,
+  ``{target: "column.field"}`` as ini ``reward_sample_fields`` writes ``target=column.field``; it replaces the ini
+  mapping for this function (both lie over the preset the file's columns select).
 * ``probes``: reward-hacking probes (:mod:`pytest_reward.probes`): ``"default"``, a list of probe names (``"default"``
   among them adds the default set), or a dict ``{probe: rule}`` (``None``: the probe's own rule). The rules are
   checked here; the names when the function's items are built (custom probes may come from a hook).
@@ -27,6 +30,7 @@ from typing import Any
 
 from .errors import GateError
 from .probes import DEFAULT_PROBES, parse_rule
+from .sources import parse_fields
 
 __all__ = [
     "GATE_KEYS",
@@ -39,7 +43,7 @@ __all__ = [
 ]
 
 GATE_KEYS = ("threshold", "mean", "max_mean", "pass_rate", "quantile", "confidence")
-MARKER_KEYS = (*GATE_KEYS, "metrics", "samples", "rollout", "timeout", "probes")
+MARKER_KEYS = (*GATE_KEYS, "metrics", "samples", "rollout", "timeout", "probes", "sample_fields")
 METRIC_KEYS = ("threshold", "mean", "pass_rate", "quantile")
 ROLLOUT_KEYS = ("n", "temperature", "top_p", "top_k", "max_new_tokens", "seed", "stop")
 
@@ -74,6 +78,8 @@ class Gates:
     """Seconds one call of the function may take (marker ``timeout=``; else ``--reward-timeout``)."""
     probes: tuple[tuple[str, str | None], ...] = ()
     """Reward-hacking probes to run: (name, rule text or None for the probe's own rule), in declared order."""
+    sample_fields: tuple[tuple[str, str], ...] | None = None
+    """The marker's field mapping for dataset samples files, (target, dotted column path); None: the ini's."""
     sources: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     @property
@@ -261,6 +267,31 @@ def _probes(value: Any, where: str) -> tuple[tuple[str, str | None], ...]:
     return tuple(out.items())
 
 
+def _sample_fields(value: Any, where: str) -> tuple[tuple[str, str], ...]:
+    """``{target: "column.path"}`` (or the ini form, ``"target=column.path ..."``) as (target, path) pairs,
+    checked as ini ``reward_sample_fields`` is."""
+    usage = (
+        'sample_fields must be a dict {target: "column" or "column.field"}, e.g. sample_fields={"messages": '
+        '"prompt", "ground_truth": "reward_model.ground_truth"}'
+    )
+    if isinstance(value, str):
+        entries = value.split()
+    elif isinstance(value, Mapping):
+        entries = []
+        for target, path in value.items():
+            if not isinstance(target, str) or not isinstance(path, str):
+                raise _fail(where, f"{usage}; got {target!r}: {path!r}")
+            if "=" in target or any(ch.isspace() for ch in target + path):
+                raise _fail(where, f"sample_fields: {target!r}: {path!r} is not a target and a column path")
+            entries.append(f"{target}={path}")
+    else:
+        raise _fail(where, f"{usage}; got {type(value).__name__} {value!r}")
+    try:
+        return tuple(parse_fields(entries, f"{where}: sample_fields").items())
+    except ValueError as exc:
+        raise GateError(str(exc)) from None
+
+
 def validate_marker(args: tuple[Any, ...], kwargs: Mapping[str, Any], where: str) -> dict[str, Any]:
     """Validate the arguments of one ``reward`` marker (or a defaults mapping); returns ``Gates`` field values."""
     if args:
@@ -301,6 +332,8 @@ def validate_marker(args: tuple[Any, ...], kwargs: Mapping[str, Any], where: str
             out[key] = seconds
         elif key == "probes":
             out[key] = _probes(value, where)
+        elif key == "sample_fields":
+            out[key] = _sample_fields(value, where)
     return out
 
 

@@ -233,7 +233,11 @@ def test_a_malformed_field_mapping_is_a_usage_error_naming_the_option(project):
 
 
 def test_datasets_save_to_disk_directories_as_samples(project):
-    datasets = pytest.importorskip("datasets")
+    # datasets is a test dependency (the dev extra, what `make test` installs): never skipped for want of it
+    try:
+        import datasets
+    except ImportError:
+        pytest.fail("datasets is not installed: it is in the dev extra, pip install -e '.[dev]'")
     project.file("test_reward.py", STANDARD)
     rows = [
         {"prompt": "2+2=", "completion": "4", "ground_truth": "4"},

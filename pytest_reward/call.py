@@ -37,6 +37,7 @@ import asyncio
 import functools
 import math
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -51,8 +52,10 @@ __all__ = [
     "call_within",
     "close_loop",
     "describe_exception",
+    "each_within",
     "failed_result",
     "invalid_return",
+    "owned_messages",
     "private_copy",
     "run_coroutine",
     "to_result",
@@ -117,6 +120,114 @@ def call_within(seconds: float, fn: Callable[..., Any], *args: Any) -> Any:
     if ok:
         return value
     raise value.with_traceback(value.__traceback__)
+
+
+def _no_tick() -> None:
+    pass
+
+
+class _Runner:
+    """One daemon thread calling ``fn(item, tick)`` for ``items[start:]`` in order (see :func:`each_within`).
+
+    The lock orders two things only: the runner adding a result (and so leaving a call) and the watchdog giving up
+    on it. After the watchdog has stopped a runner, the runner adds nothing more and starts no other item."""
+
+    __slots__ = ("done", "fn", "items", "lock", "results", "start", "started", "stopped")
+
+    def __init__(
+        self, fn: Callable[[Any, Callable[[], None]], Any], items: Sequence[Any], start: int
+    ) -> None:
+        self.fn = fn
+        self.items = items
+        self.start = start
+        self.results: list[tuple[bool, Any]] = []
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.started: float | None = None
+        """When the call in progress began (``time.monotonic``); None between calls."""
+        self.stopped = False
+
+    def tick(self) -> None:
+        self.started = time.monotonic()
+
+    def run(self) -> None:
+        fn, items, tick, lock, results = self.fn, self.items, self.tick, self.lock, self.results
+        try:
+            for i in range(self.start, len(items)):
+                if self.stopped:
+                    return
+                try:
+                    value = (True, fn(items[i], tick))
+                except BaseException as exc:
+                    value = (False, exc)
+                with lock:
+                    if self.stopped:  # the watchdog gave up on this call: its result is dropped
+                        return
+                    results.append(value)
+                    self.started = None
+        finally:
+            close_loop()  # the thread's own event loop, if a call made one
+            self.done.set()
+
+    def watch(self, seconds: float) -> bool:
+        """Wait for the runner; True when it finished every item, False when a call ran past ``seconds`` (the
+        runner is stopped and :attr:`results` holds the items before that call)."""
+        try:
+            while True:
+                started = self.started
+                wait = seconds if started is None else started + seconds - time.monotonic()
+                if self.done.wait(max(wait, 0.0)):
+                    return True
+                with self.lock:
+                    started = self.started  # None: between two calls (the last one ended in time)
+                    if started is not None and time.monotonic() - started >= seconds:
+                        self.stopped = True
+                        return False
+        except BaseException:  # Ctrl-C while waiting: the runner starts nothing more
+            self.stopped = True
+            raise
+
+
+def each_within(
+    seconds: float | None, fn: Callable[[Any, Callable[[], None]], Any], items: Sequence[Any]
+) -> list[tuple[bool, Any]]:
+    """``fn(item, tick)`` for every item, in order, each call of a reward function within ``seconds``: ``fn``
+    calls ``tick()`` as each call begins, and a call still running ``seconds`` later is abandoned, like
+    :func:`call_within`'s: its item gets ``(False, RewardTimeout)``, its daemon thread goes on until the process ends
+    (the result dropped) and the items after it go on in a fresh thread. ``(True, value)`` or ``(False,
+    exception)`` per item.
+
+    One thread and one watchdog (the caller, waiting) per batch of items instead of a thread per call: the watchdog
+    wakes only when a call's deadline passes. ``seconds`` None: no limit, the items run in the calling thread."""
+    if seconds is None:
+        out: list[tuple[bool, Any]] = []
+        for item in items:
+            try:
+                out.append((True, fn(item, _no_tick)))
+            except Exception as exc:
+                out.append((False, exc))
+        return out
+    out = []
+    start, n = 0, len(items)
+    while start < n:
+        runner = _Runner(fn, items, start)
+        threading.Thread(target=runner.run, name="reward-call", daemon=True).start()
+        finished = runner.watch(seconds)
+        with runner.lock:
+            out += runner.results
+        start += len(runner.results)
+        if finished:
+            break
+        out.append(
+            (
+                False,
+                RewardTimeout(
+                    f"timed out after {seconds:g}s (the call was abandoned; it ends with the process)"
+                ),
+            )
+        )
+        start += 1
+    return out
 
 
 # --- results -------------------------------------------------------------------------------------------------
@@ -203,6 +314,15 @@ def _copy_messages(messages: list[Any]) -> list[Any]:
     return out
 
 
+def owned_messages(messages: list[Any], text: str) -> list[Any]:
+    """A private copy of ``messages`` (copied as every call's inputs are) whose last turn's content is ``text``: a
+    conversation built for one call alone (a probe's mutated response), which :meth:`Reward.kwargs_owned` passes as
+    it is. The last turn must be a dict."""
+    out = _copy_messages(messages)
+    out[-1]["content"] = text
+    return out
+
+
 # --- batches -------------------------------------------------------------------------------------------------
 
 
@@ -268,6 +388,34 @@ class Reward:
             kwargs["original_messages"] = messages[:-1]
         return kwargs
 
+    def kwargs_owned(
+        self,
+        messages: list[dict[str, Any]],
+        ground_truth: Any = MISSING,
+        fields: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """:meth:`kwargs` for a call that owns ``messages`` (built for it alone, the list and every turn: see
+        :func:`owned_messages`): passed as they are, nothing else can see what the call does to them. The ground
+        truth and the fields are the sample's, shared: copied as :meth:`kwargs` copies them."""
+        if fields or self.wants_original or ground_truth.__class__ in (list, dict):
+            kwargs: dict[str, Any] = {}
+            if fields:
+                for key, value in fields.items():
+                    cls = value.__class__
+                    kwargs[key] = private_copy(value) if cls is list or cls is dict else value
+            kwargs["messages"] = messages
+            if ground_truth is not MISSING and ground_truth is not None:
+                cls = ground_truth.__class__
+                kwargs["ground_truth"] = (
+                    private_copy(ground_truth) if cls is list or cls is dict else ground_truth
+                )
+            if self.wants_original and "original_messages" not in kwargs:
+                kwargs["original_messages"] = messages[:-1]
+            return kwargs
+        if ground_truth is MISSING or ground_truth is None:
+            return {"messages": messages}
+        return {"messages": messages, "ground_truth": ground_truth}
+
     @staticmethod
     def changed_inputs(
         kwargs: Mapping[str, Any],
@@ -295,13 +443,31 @@ class Reward:
             return self.call_batch([kwargs])[0]
         try:
             value = self.fn(**kwargs)
-            if value.__class__ is EvaluateResult:  # the usual return, before the coroutine check
-                return value
+        except RewardReturnError as exc:
+            raise invalid_return(self.name, exc.value, str(exc)) from None
+        if value.__class__ is EvaluateResult:  # the usual return, before the coroutine check
+            return value
+        return self.finish(value)
+
+    def finish(self, value: Any) -> EvaluateResult:
+        """What :meth:`call` makes of what the function returned when it is not an ``EvaluateResult``: a coroutine
+        is run to its end first; then :func:`to_result` (``InvalidResult`` for anything that is not a result)."""
+        __tracebackhide__ = True
+        try:
             if self.is_async or asyncio.iscoroutine(value):
                 value = run_coroutine(value)
         except RewardReturnError as exc:
             raise invalid_return(self.name, exc.value, str(exc)) from None
         return to_result(value, self.name)
+
+    @property
+    def plain(self) -> bool:
+        """Whether a call on messages and a ground truth alone is ``fn(messages=...)`` or ``fn(messages=...,
+        ground_truth=...)`` (pointwise, no ``original_messages`` to add): what a caller making many calls may do
+        itself instead of :meth:`call` on :meth:`kwargs_owned`, passing the ground truth only when it is neither
+        ``MISSING`` nor None, and handing a return that is not an ``EvaluateResult`` to :meth:`finish` (and a
+        ``RewardReturnError`` to :func:`invalid_return`), as :meth:`call` does."""
+        return not self.batch and not self.wants_original
 
     def call_batch(self, rows: Sequence[dict[str, Any]]) -> list[EvaluateResult]:
         """Call a batch-mode function on several samples' keyword arguments; one result per sample, in order."""

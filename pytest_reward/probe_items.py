@@ -18,15 +18,15 @@ from __future__ import annotations
 import math
 import warnings
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .call import describe_exception
-from .executors import RewardExecutorWarning, ShipError
+from .call import MISSING, describe_exception, owned_messages, private_copy
+from .executors import InProcess, RewardExecutorWarning, ShipError
 from .failure import RewardFailure, RewardRepr, user_frames
 from .items import apply_marks
 from .probes import (
@@ -42,7 +42,7 @@ from .probes import (
 from .pytest_private import TerminalRepr, skip_at_item
 from .results import PASS
 from .samples import Sample
-from .scoring import Invoker
+from .scoring import Checked, Invoker
 from .session import REWARD_DATA, RewardSession
 from .sources import read_samples
 from .wire import probe_data
@@ -123,6 +123,7 @@ class ProbeTarget:
         """What the executor had to say (a worker died, a chunk was retried): the next item warns."""
         self._originals: Originals | None = None
         self._answered: list[tuple[Sample, str]] | None = None
+        self._prepared: list[list[Prepared]] | None = None
 
     def answered(self) -> Iterator[tuple[Sample, str]]:
         """Every sample with a response, and the response's text, in file order (``sample`` granularity: found
@@ -160,6 +161,46 @@ class ProbeTarget:
         if block:
             yield block
 
+    def prepared(self) -> Iterator[list[Prepared]]:
+        """:meth:`segments` with what every probe reads of each sample worked out once (its view's fields, its
+        original score, the call's ground truth): kept with the samples in ``sample`` granularity (the function's
+        probes share it), made block by block in ``file``."""
+        if self._prepared is not None:
+            return iter(self._prepared)
+        blocks = (self._prepare(block) for block in self.segments())
+        if self.samples is None:
+            return blocks
+        self._prepared = list(blocks)
+        return iter(self._prepared)
+
+    def _prepare(self, block: list[tuple[int, Sample, str]]) -> list[Prepared]:
+        orig = self.originals()
+        scores, passed = orig.scores, orig.passed
+        out: list[Prepared] = []
+        for index, sample, text in block:
+            original: float | None = scores[index]
+            if original != original:  # NaN: no valid score
+                original = None
+            messages = sample.messages or []
+            private = private_copy(messages)
+            has_truth = sample.has_ground_truth
+            truth = sample.ground_truth if has_truth else None
+            fields = sample.kwargs
+            view = (
+                text,
+                messages,
+                truth,
+                has_truth,
+                fields,
+                sample.id,
+                sample.line,
+                original,
+                bool(passed[index]),
+            )
+            call_truth = truth if has_truth else MISSING
+            out.append((index, sample, text, view, messages, private, call_truth, fields))
+        return out
+
     def score(self, samples: list[Sample]) -> Iterator[Any]:
         """Outcomes of ``samples``, in order, scored as the function's items score theirs (the session's executor;
         ``ShipError`` when its workers cannot load the function)."""
@@ -172,6 +213,42 @@ class ProbeTarget:
             rootdir=self.rs.config.rootpath,
             notes=self.notes,
         )
+
+    def scores_here(self) -> bool:
+        """Whether probes score in this thread, each mutation as soon as it is made (:func:`_run_here`): the
+        default executor with one worker, no timeout, a pointwise function."""
+        executor, invoker = self.rs.executor, self.invoker
+        return (
+            executor.__class__ is InProcess
+            and executor.workers <= 1  # type: ignore[attr-defined]
+            and invoker.timeout is None
+            and not invoker.batch
+        )
+
+    def scored(self, probe: Probe, block: list[Prepared]) -> Iterator[Scored]:
+        """``probe``'s mutations of one block, scored together, in order (where :meth:`scores_here` does not hold).
+        In this process with one worker and a timeout, as inputs built for one call each (:meth:`Invoker.score_fresh`:
+        one watchdog for the block, each call owning a private copy of its conversation); with worker threads,
+        processes, Ray or a batch-mode function, as samples through the session's executor. Both are what a
+        sample's call gets (the call, ``--reward-runs``, the timeout, private copies, the verdict)."""
+        executor, invoker = self.rs.executor, self.invoker
+        mutations = _mutations(self, probe, block)
+        if executor.__class__ is InProcess and executor.workers <= 1 and not invoker.batch:  # type: ignore[attr-defined]
+            results: Iterable[Checked] = invoker.score_fresh(
+                (owned_messages(messages, new), truth, fields)
+                for _, _, _, new, messages, truth, fields in mutations
+            )
+        else:
+            variants = [
+                _variant(sample, with_response_text(messages, new))
+                for _, sample, _, new, messages, _, _ in mutations
+            ]
+            results = (
+                (outcome.score, outcome.verdict == PASS, outcome.reason, outcome.error)
+                for outcome in self.score(variants)
+            )
+        for (index, sample, text, new, *_), checked in zip(mutations, results, strict=True):
+            yield (index, sample, text, new, *checked)
 
     def originals(self) -> Originals:
         if self._originals is None:
@@ -259,47 +336,126 @@ def run_probe(target: ProbeTarget, probe: Probe, rule: Rule) -> ProbeRun:
     raises (a custom probe's bug) propagates; a reward that raises on a mutated response breaks the rule."""
     orig = target.originals()
     run = ProbeRun(probe, rule)
-    prefix = f"{target.settings.seed}:{probe.name}:"
-    mutate = probe.mutate
-    threshold = target.fn.gates.threshold
-    scores, passed = orig.scores, orig.passed
-    for block in target.segments():
-        mutated: list[tuple[int, Sample, str, str]] = []
+    here = target.scores_here()
+    for block in target.prepared():
         run.answered += len(block)
-        for index, sample, text in block:
-            original_score: float | None = scores[index]
-            if original_score != original_score:  # NaN: no valid score
-                original_score = None
-            view = ProbeSample(
-                text,
-                sample.messages or [],
-                ground_truth=sample.ground_truth if sample.has_ground_truth else None,
-                has_ground_truth=sample.has_ground_truth,
-                fields=sample.kwargs,
-                id=sample.id,
-                line=sample.line,
-                original_score=original_score,
-                original_passed=bool(passed[index]),
-                seed=prefix + str(sample.line),
-            )
-            new = mutate(text, view)
-            if new is None:
-                continue
-            if not isinstance(new, str):
-                raise TypeError(
-                    f"probe {probe.name!r} ({probe.where}) returned {type(new).__name__}; "
-                    "a probe returns the mutated response (a str) or None"
-                )
-            mutated.append((index, sample, text, new))
-        variants = [_variant(sample, new) for _, sample, _, new in mutated]
-        for (index, sample, text, new), outcome in zip(mutated, target.score(variants), strict=True):
-            _check(run, orig, threshold, index, sample, text, new, outcome)
+        if here:
+            _run_here(run, target, block, orig)
+        else:
+            for scored in target.scored(probe, block):
+                _settle(run, orig, target.fn.gates.threshold, *scored)
     return run
 
 
-def _variant(sample: Sample, response: str) -> Sample:
-    """The sample with ``response`` as its answer (no golden expectation: that was about the real answer)."""
-    messages = with_response_text(sample.messages or [], response)
+#: One sample as every probe of a target reads it (:meth:`ProbeTarget.prepared`): its index among the answered
+#: samples, the sample, its response, the fields of its :class:`ProbeSample` (but the seed), its conversation and a
+#: private copy of it (what the calls on its mutations share: :func:`_scored_here`), the ground truth to call with
+#: (``MISSING``: none) and the other fields.
+Prepared = tuple[
+    int, Sample, str, tuple[Any, ...], "list[dict[str, Any]]", "list[dict[str, Any]]", Any, "dict[str, Any]"
+]
+
+#: A scored mutation: the sample's index among the answered ones, the sample, its own response, the mutated one,
+#: and what its call gave (:data:`pytest_reward.scoring.Checked`: score, verdict is a pass, reason, error).
+Scored = tuple[int, Sample, str, str, "float | None", bool, "str | None", "str | None"]
+
+
+def _not_a_string(probe: Probe, new: Any) -> TypeError:
+    return TypeError(
+        f"probe {probe.name!r} ({probe.where}) returned {type(new).__name__}; "
+        "a probe returns the mutated response (a str) or None"
+    )
+
+
+def _run_here(run: ProbeRun, target: ProbeTarget, block: list[Prepared], orig: Originals) -> None:
+    """``run``'s probe on ``block`` in this thread, without a timeout: each mutation is scored as soon as it is made
+    (:meth:`Invoker.fresh_scorer`) and checked, so that what one allocates is freed before the next is made.
+
+    A call gets a list and a last turn of its own, the mutated response in it; the turns before, and what the last
+    turn holds besides its content, are the sample's private copy, shared by the calls on that sample's mutations
+    and compared with the sample's own conversation after each call: a call that changed them fails (its input
+    changed in place, as a sample's would) and the copy is made again. Nothing a call does reaches the sample, its
+    other probes or the counter-examples. The samples the probe leaves alone are skipped.
+
+    :func:`_settle` checks what the lines here do not settle themselves: they settle only a call that gave a
+    result whose score keeps the rule without the rounding margin (and, for an ``info`` probe, does not pass), as
+    :func:`_settle` would."""
+    probe, rule = run.probe, run.rule
+    prefix = f"{target.settings.seed}:{probe.name}:"
+    mutate, view = probe.mutate, ProbeSample._of
+    one = target.invoker.fresh_scorer()
+    threshold = target.fn.gates.threshold
+    floor, ceiling, scores = orig.floor, orig.ceiling, orig.scores
+    kind, tol, by_floor = rule.kind, rule.tol, rule.ref == "floor"
+    settled = passing = 0
+    sum_original = sum_mutated = 0.0
+    for index, sample, text, fields_of_view, messages, private, truth, fields in block:
+        new = mutate(text, view(*fields_of_view, prefix))
+        if new is None:
+            continue
+        if new.__class__ is not str and not isinstance(new, str):
+            raise _not_a_string(probe, new)
+        given = private.copy()
+        given[-1] = {**given[-1], "content": new}
+        score, verdict_pass, reason, error = one(given, truth, fields)
+        if private != messages:  # the call changed what the calls on this sample share
+            private[:] = private_copy(messages)
+            score, verdict_pass, error = None, False, target.invoker.changed_error(["messages"])
+        if error is None:
+            original = scores[index]  # NaN: no valid score
+            if score is None:  # no valid score: it earns nothing and does not pass
+                if kind != "==" or (not by_floor and original != original):
+                    settled += 1
+                    sum_original += floor if original != original else original
+                    sum_mutated += floor
+                    continue
+            else:
+                if threshold is not None:
+                    passed = verdict_pass
+                elif score <= floor:
+                    passed = False
+                else:
+                    passed = passes(
+                        score, verdict_pass=verdict_pass, threshold=None, floor=floor, ceiling=ceiling
+                    )
+                if kind == "<=":
+                    kept = score <= (floor if by_floor or original != original else original) + tol
+                elif kind == "==":
+                    kept = score == (floor if by_floor else original)
+                else:  # "not pass"; "info" keeps every rule, but a response that passes is what it reports
+                    kept = not passed
+                if kept:
+                    settled += 1
+                    passing += passed
+                    sum_original += floor if original != original else original
+                    sum_mutated += score
+                    continue
+        _settle(run, orig, threshold, index, sample, text, new, score, verdict_pass, reason, error)
+    run.checked += settled
+    run.passing += passing
+    run.sum_original += sum_original
+    run.sum_mutated += sum_mutated
+
+
+def _mutations(target: ProbeTarget, probe: Probe, block: list[Prepared]) -> list[tuple[Any, ...]]:
+    """Every mutation of ``block``, to be scored together: ``(index, sample, text, new, messages, truth, fields)``
+    with ``messages`` the sample's conversation (not yet ending with the mutation)."""
+    prefix = f"{target.settings.seed}:{probe.name}:"
+    mutate, view = probe.mutate, ProbeSample._of
+    out = []
+    for index, sample, text, fields_of_view, messages, _, truth, fields in block:
+        new = mutate(text, view(*fields_of_view, prefix))
+        if new is None:
+            continue
+        if new.__class__ is not str and not isinstance(new, str):
+            raise _not_a_string(probe, new)
+        out.append((index, sample, text, new, messages, truth, fields))
+    return out
+
+
+def _variant(sample: Sample, messages: list[dict[str, Any]]) -> Sample:
+    """The sample with ``messages`` (its mutated conversation) and no golden expectation (that was about the real
+    answer): what an executor scores (it copies the inputs of each call as it does a sample's)."""
     if sample.has_ground_truth:
         return Sample(
             sample.path, sample.line, sample.id, messages, None, sample.ground_truth, None, sample.kwargs
@@ -307,7 +463,7 @@ def _variant(sample: Sample, response: str) -> Sample:
     return Sample(sample.path, sample.line, sample.id, messages, None, kwargs=sample.kwargs)
 
 
-def _check(
+def _settle(
     run: ProbeRun,
     orig: Originals,
     threshold: float | None,
@@ -315,36 +471,37 @@ def _check(
     sample: Sample,
     text: str,
     new: str,
-    outcome: Any,
+    score: float | None,
+    verdict_pass: bool,
+    reason: str | None,
+    error: str | None,
 ) -> None:
+    """Check ``run.rule`` on one scored mutation (:data:`Scored`): count it, and keep it when it is a
+    counter-example (or, for an ``info`` probe, a mutated response that passes)."""
+    rule = run.rule
+    floor = orig.floor
     run.checked += 1
     original = orig.score(index)
-    run.sum_original += orig.floor if original is None else original
-    if outcome.error is not None:  # the reward raised (or timed out) on a response a policy can produce
+    run.sum_original += floor if original is None else original
+    if error is not None:  # the reward raised (or timed out) on a response a policy can produce
         run.errors += 1
-        run.sum_mutated += orig.floor
-        problem: str | None = "raised on the mutated response: " + outcome.error.splitlines()[0]
-        if run.rule.kind == "info":
-            _example(run, sample, text, new, original, None, problem, outcome.error)
+        run.sum_mutated += floor
+        problem: str | None = "raised on the mutated response: " + error.splitlines()[0]
+        if rule.kind == "info":
+            _example(run, sample, text, new, original, None, problem, error)
             return
-        score = None
     else:
-        score = outcome.score
-        run.sum_mutated += orig.floor if score is None else score
+        run.sum_mutated += floor if score is None else score
         passed = score is not None and passes(
-            score,
-            verdict_pass=outcome.verdict == PASS,
-            threshold=threshold,
-            floor=orig.floor,
-            ceiling=orig.ceiling,
+            score, verdict_pass=verdict_pass, threshold=threshold, floor=floor, ceiling=orig.ceiling
         )
         run.passing += passed
-        problem = run.rule.check(score, original, orig.floor, passed)
-        if run.rule.kind == "info" and passed:
-            _example(run, sample, text, new, original, score, f"passes ({score:.4g})", outcome.reason)
+        problem = rule.check(score, original, floor, passed)
+        if rule.kind == "info" and passed:
+            _example(run, sample, text, new, original, score, f"passes ({score:.4g})", reason)
     if problem is not None:
         run.broken += 1
-        _example(run, sample, text, new, original, score, problem, outcome.error or outcome.reason)
+        _example(run, sample, text, new, original, score, problem, error or reason)
 
 
 def _example(

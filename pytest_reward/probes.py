@@ -264,13 +264,13 @@ class ProbeSample:
         "_ground_truth",
         "_messages",
         "_rng",
+        "_seed",
         "has_ground_truth",
         "id",
         "line",
         "original_passed",
         "original_score",
         "response",
-        "seed",
     )
 
     def __init__(
@@ -296,8 +296,46 @@ class ProbeSample:
         self.line = line
         self.original_score = original_score
         self.original_passed = original_passed
-        self.seed = seed
+        self._seed = seed
         self._rng: random.Random | None = None
+
+    @classmethod
+    def _of(
+        cls,
+        response: str,
+        messages: list[Any],
+        ground_truth: Any,
+        has_ground_truth: bool,
+        fields: Mapping[str, Any],
+        id: str | None,
+        line: int,
+        original_score: float | None,
+        original_passed: bool,
+        prefix: str,
+    ) -> ProbeSample:
+        """The view a probe run builds for each sample (positional, no defaults to apply; the seed, ``prefix`` and
+        the line, is made only when the probe asks for ``rng``)."""
+        self = cls.__new__(cls)
+        self.response = response
+        self._messages = messages
+        self._ground_truth = ground_truth if has_ground_truth else None
+        self.has_ground_truth = has_ground_truth and ground_truth is not None
+        self._fields = fields
+        self.id = id
+        self.line = line
+        self.original_score = original_score
+        self.original_passed = original_passed
+        self._seed = (prefix, line)
+        self._rng = None
+        return self
+
+    @property
+    def seed(self) -> str:
+        """What ``rng`` is seeded with: ``--reward-seed``, the probe's name and the sample's line."""
+        seed = self._seed
+        if seed.__class__ is tuple:
+            self._seed = seed = seed[0] + str(seed[1])
+        return seed  # type: ignore[return-value]
 
     # Imported here: the marker's validation (thresholds) imports this module, and an unrelated run imports nothing
     # heavy (call.py brings the models).

@@ -9,25 +9,26 @@ batch-mode functions.
 from __future__ import annotations
 
 import asyncio
+import math
 import queue
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
-from .call import MISSING, Reward, call_within, describe_exception, run_coroutine
+from .call import MISSING, Reward, call_within, describe_exception, each_within, invalid_return, run_coroutine
 from .chat import conversation_excerpt
-from .errors import InvalidResult, RewardTimeout
-from .results import FAIL, SampleOutcome, judge
+from .errors import InvalidResult, RewardReturnError, RewardTimeout
+from .models import EvaluateResult
+from .results import FAIL, PASS, SampleOutcome, judge
 from .samples import Bound, Expect
 
 if TYPE_CHECKING:
     from .discovery import RewardFn
-    from .models import EvaluateResult
     from .samples import Sample
 
-__all__ = ["DaemonPool", "Invoker", "error_outcome", "merge_runs", "spread"]
+__all__ = ["Checked", "DaemonPool", "FreshInput", "Invoker", "error_outcome", "merge_runs", "spread"]
 
 
 def merge_runs(results: Sequence[EvaluateResult], what: str = "runs") -> EvaluateResult:
@@ -66,6 +67,16 @@ def spread(values: Sequence[float]) -> float:
 
 #: A result and, with ``--reward-runs`` > 1, the per-run scores it was averaged from.
 Scored = tuple["EvaluateResult", "list[float] | None"]
+
+#: An input built for one call (:meth:`Invoker.score_fresh`): the messages, which the call owns (the list and every
+#: turn built for it alone, :func:`pytest_reward.call.owned_messages`), the sample's ground truth (``MISSING``: none)
+#: and its other fields.
+FreshInput = tuple["list[dict[str, Any]]", Any, "dict[str, Any] | None"]
+
+#: What :meth:`Invoker.score_fresh` says of one input: the score (None: no valid score), whether the verdict is a
+#: pass, the result's reason, and the error when the call gave no result (it raised, timed out, returned something
+#: that is not a result, or changed its input in place).
+Checked = tuple["float | None", bool, "str | None", "str | None"]
 
 
 class Invoker:
@@ -116,11 +127,7 @@ class Invoker:
             sample.kwargs,
         )
         if changed:
-            what = ", ".join(repr(name) for name in changed)
-            raise InvalidResult(
-                f"{self.fn.name} changed its input {what} in place: a reward function must not modify its "
-                "inputs (trainers pass the same objects to every reward function); copy them first"
-            )
+            raise InvalidResult(_changed_message(self.fn.name, changed))
 
     def _once(self, sample: Sample) -> EvaluateResult:
         __tracebackhide__ = True
@@ -157,6 +164,112 @@ class Invoker:
             for kwargs, sample in zip(rows, samples, strict=True):
                 self.check_inputs(kwargs, sample)
         return [self._merge([run[i] for run in runs]) for i in range(len(samples))]
+
+    # -- inputs built for one call (the probes' mutated responses) --------------------------------------------
+
+    def verdict_of(self, result: EvaluateResult) -> tuple[float | None, bool]:
+        """The score (None: no valid score) and whether the verdict is a pass, as :func:`pytest_reward.results.judge`
+        decides them for a sample without golden expectations (the whole of ``judge`` when metrics have gates)."""
+        gates = self.fn.gates
+        if gates.metrics:
+            verdict, score, *_ = judge(result, gates, None)
+            return score, verdict == PASS
+        score = float(result.score)
+        if not (math.isfinite(score) and result.is_score_valid) or result.error:
+            return None, False
+        threshold = gates.threshold
+        return score, threshold is None or score >= threshold
+
+    def _fresh_one(self, item: FreshInput, tick: Callable[[], None]) -> Checked:
+        messages, ground_truth, fields = item
+        reward = self.reward
+        try:
+            results = []
+            for _ in range(self.runs):
+                kwargs = reward.kwargs_owned(messages, ground_truth, fields)
+                tick()
+                results.append(reward.call(kwargs))
+                if fields or ground_truth.__class__ in (list, dict):
+                    self._check_fresh(kwargs, messages, ground_truth, fields)
+            result = results[0] if len(results) == 1 else merge_runs(results)
+        except Exception as exc:
+            return None, False, None, describe_exception(exc)
+        score, passed = self.verdict_of(result)
+        return score, passed, result.reason, None
+
+    def changed_error(self, names: list[str]) -> str:
+        """The error of a call that changed its inputs ``names`` in place (as :meth:`check_inputs` words it)."""
+        return describe_exception(InvalidResult(_changed_message(self.fn.name, names)))
+
+    def _check_fresh(
+        self, kwargs: dict[str, Any], messages: list[dict[str, Any]], ground_truth: Any, fields: Any
+    ) -> None:
+        changed = self.reward.changed_inputs(kwargs, messages, ground_truth, fields)
+        if changed:
+            raise InvalidResult(_changed_message(self.fn.name, changed))
+
+    def score_fresh(self, inputs: Iterable[FreshInput]) -> Iterator[Checked]:
+        """Score inputs built for one call each (a probe's mutated responses), in order: what a sample's call gets,
+        without a sample item's bookkeeping around it. The call, ``--reward-runs`` calls per input (averaged),
+        private copies of what the input shares with the sample (the ground truth, the fields; checked after the
+        call), and a sample's verdict (:meth:`verdict_of`). Without a timeout the inputs are pulled one at a time
+        (each input's objects are freed before the next is built); with one, the calls run in one daemon thread
+        per batch, each within the timeout (:func:`pytest_reward.call.each_within`), not in a thread per call.
+        Pointwise functions only (batch-mode ones are scored in chunks, :meth:`score_chunk`)."""
+        if self.batch:
+            raise TypeError(
+                "score_fresh scores pointwise functions; a batch-mode function is scored in chunks"
+            )
+        if self.timeout is None:
+            one = self.fresh_scorer()
+            for messages, ground_truth, fields in inputs:
+                yield one(messages, ground_truth, fields)
+            return
+        for ok, value in each_within(self.timeout, self._fresh_one, list(inputs)):
+            if ok:
+                yield value
+            elif isinstance(value, Exception):  # a timeout (what a call raises is in its Checked already)
+                yield None, False, None, describe_exception(value)
+            else:
+                raise value
+
+    def fresh_scorer(self) -> Callable[[list[dict[str, Any]], Any, Any], Checked]:
+        """``f(messages, ground_truth, fields) -> Checked``: one input of :meth:`score_fresh`, scored in this thread
+        without a timeout (:meth:`score_fresh` applies one). The usual input (one run, no metric gates, no fields,
+        a ground truth that is not a list or dict, a :attr:`Reward.plain` function) is called and judged here as
+        :meth:`Reward.call` and :meth:`verdict_of` would, in one frame (it is the probes' hot path); the rest takes
+        :meth:`_fresh_one`. Tests hold both to the sample path's outcomes."""
+        fresh_one = self._fresh_one
+
+        def general(messages: list[dict[str, Any]], ground_truth: Any, fields: Any) -> Checked:
+            return fresh_one((messages, ground_truth, fields), _no_tick)
+
+        gates, reward = self.fn.gates, self.reward
+        if self.runs != 1 or gates.metrics or not reward.plain:
+            return general
+        fn, finish, name = reward.fn, reward.finish, reward.name
+        threshold, isfinite = gates.threshold, math.isfinite
+
+        def one(messages: list[dict[str, Any]], ground_truth: Any, fields: Any) -> Checked:
+            if fields or ground_truth.__class__ in (list, dict):
+                return fresh_one((messages, ground_truth, fields), _no_tick)
+            try:
+                if ground_truth is MISSING or ground_truth is None:
+                    result = fn(messages=messages)
+                else:
+                    result = fn(messages=messages, ground_truth=ground_truth)
+                if result.__class__ is not EvaluateResult:
+                    result = finish(result)
+            except RewardReturnError as exc:
+                return None, False, None, describe_exception(invalid_return(name, exc.value, str(exc)))
+            except Exception as exc:
+                return None, False, None, describe_exception(exc)
+            score = float(result.score)
+            if isfinite(score) and result.is_score_valid and not result.error:
+                return score, threshold is None or score >= threshold, result.reason, None
+            return None, False, result.reason, None
+
+        return one
 
     # -- outcomes ------------------------------------------------------------------------------------------
 
@@ -303,6 +416,18 @@ class Invoker:
                 return self.outcome(sample, result, runs=runs, duration=time.perf_counter() - start)
 
         return list(await asyncio.gather(*(one(s) for s in samples)))
+
+
+def _changed_message(fn_name: str, changed: list[str]) -> str:
+    what = ", ".join(repr(name) for name in changed)
+    return (
+        f"{fn_name} changed its input {what} in place: a reward function must not modify its "
+        "inputs (trainers pass the same objects to every reward function); copy them first"
+    )
+
+
+def _no_tick() -> None:
+    pass
 
 
 class DaemonPool:

@@ -1,0 +1,288 @@
+"""How probes score their mutated responses (issue 18, cost): the in-thread path of the default executor, the
+watchdog that holds the timeout for a whole block of calls, the path through the other executors; what they must
+share with a sample's call (verdicts, errors, isolation); and the samples' own scores taken from their items."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_reward import EvaluateResult, reward_function
+from pytest_reward.call import MISSING, each_within, owned_messages
+from pytest_reward.decorator import get_spec
+from pytest_reward.discovery import RewardFn
+from pytest_reward.errors import RewardTimeout
+from pytest_reward.results import PASS
+from pytest_reward.samples import Sample
+from pytest_reward.scoring import Invoker
+from pytest_reward.thresholds import Gates, MetricGates
+
+from .conftest import msgs
+
+# --- one input: the probes' call and verdict are a sample's -----------------------------------------------------
+
+
+@reward_function
+def graded(messages, ground_truth=None, **kwargs):
+    """Whatever the response asks for: a score, an invalid result, a NaN, an error, an exception, a dict."""
+    text = messages[-1]["content"]
+    if text == "raise":
+        raise ValueError("no")
+    if text == "dict":
+        return {"score": 0.25, "reason": "a dict"}
+    if text == "invalid":
+        return EvaluateResult(score=0.9, is_score_valid=False, reason="cannot tell")
+    if text == "nan":
+        return EvaluateResult(score=math.nan, reason="nan")
+    if text == "error":
+        return EvaluateResult(score=1.0, error="it broke", reason="error set")
+    if text == "junk":
+        return "not a result"
+    score = float(text) if text.replace(".", "", 1).isdigit() else 0.0
+    seen = "" if ground_truth is None else f" gt={ground_truth!r}"
+    return EvaluateResult(score=score, reason=f"{text}{seen}", metrics={"m": {"score": score, "reason": "m"}})
+
+
+@reward_function
+async def graded_async(messages, ground_truth=None, **kwargs):
+    return graded(messages=messages, ground_truth=ground_truth)
+
+
+@reward_function
+def with_fields(messages, ground_truth=None, tags=None, original_messages=None, **kwargs):
+    return EvaluateResult(score=len(tags or []) / 4, reason=f"{ground_truth} {len(original_messages or [])}")
+
+
+def _invoker(fn, gates: Gates) -> Invoker:
+    spec = get_spec(fn)
+    reward = RewardFn(
+        obj=fn,
+        spec=spec,
+        name=spec.name,
+        qualname=spec.name,
+        module=fn.__module__,
+        path=Path("r.py"),
+        lineno=1,
+        gates=gates,
+    )
+    return Invoker(reward, "s.jsonl")
+
+
+RESPONSES = ["1", "0.5", "0", "0.75", "raise", "dict", "invalid", "nan", "error", "junk"]
+TRUTHS = [MISSING, None, "42", ["a", "b"], {"k": 1}]
+
+
+@pytest.mark.parametrize("fn", [graded, graded_async], ids=["sync", "async"])
+@pytest.mark.parametrize(
+    "gates",
+    [
+        Gates(),
+        Gates(threshold=0.6),
+        Gates(threshold=0.6, pass_rate=0.5),
+        Gates(threshold=0.1, metrics=(("m", MetricGates(threshold=0.7)),)),
+    ],
+    ids=["no-threshold", "threshold", "pass-rate", "metric-gate"],
+)
+def test_a_probe_call_gives_what_the_sample_path_gives(fn, gates):
+    """Score, verdict, reason and error of every kind of result, through the probes' path and a sample's."""
+    invoker = _invoker(fn, gates)
+    one = invoker.fresh_scorer()
+    for text in RESPONSES:
+        for truth in TRUTHS:
+            messages = msgs("q?", text)
+            sample = Sample(Path("s.jsonl"), 1, None, messages, None, *(() if truth is MISSING else (truth,)))
+            outcome = invoker.score_one(sample)
+            expected = (outcome.score, outcome.verdict == PASS, outcome.reason, outcome.error)
+            assert one(owned_messages(messages, text), truth, {}) == expected, (text, truth)
+            assert list(invoker.score_fresh([(owned_messages(messages, text), truth, {})])) == [expected]
+
+
+def test_fields_and_original_messages_take_the_general_path_with_copies():
+    invoker = _invoker(with_fields, Gates())
+    one = invoker.fresh_scorer()
+    tags = ["x", "y"]
+    messages = [{"role": "system", "content": "s"}, *msgs("q?", "a")]
+    sample = Sample(Path("s.jsonl"), 1, None, messages, None, "t", kwargs={"tags": tags})
+    outcome = invoker.score_one(sample)
+    assert one(owned_messages(messages, "a"), "t", {"tags": tags}) == (0.5, True, "t 2", None)
+    assert (outcome.score, outcome.reason) == (0.5, "t 2")
+
+
+@reward_function
+def greedy(messages, ground_truth=None, tags=None, **kwargs):
+    """Changes every input it gets in place."""
+    messages[0]["content"] += " (seen)"
+    messages[-1]["content"] = "changed"
+    messages.append({"role": "user", "content": "more"})
+    if isinstance(ground_truth, list):
+        ground_truth.append("x")
+    if tags is not None:
+        tags.clear()
+    return EvaluateResult(score=1.0, reason="greedy")
+
+
+def test_a_call_that_changes_shared_inputs_fails_and_changes_nothing_of_the_sample():
+    invoker = _invoker(greedy, Gates())
+    one = invoker.fresh_scorer()
+    messages = msgs("q?", "a")
+    truth, tags = ["t"], ["x"]
+    snapshot = json.dumps([messages, truth, tags])
+    score, passed, _, error = one(owned_messages(messages, "b"), truth, {"tags": tags})
+    assert (score, passed) == (None, False)
+    assert "greedy changed its input 'ground_truth', 'tags' in place" in error
+    assert json.dumps([messages, truth, tags]) == snapshot
+
+
+# --- the watchdog ----------------------------------------------------------------------------------------------
+
+
+def test_each_within_runs_a_batch_in_one_thread_and_abandons_only_the_hung_call():
+    calls: list[tuple[int, int]] = []
+    release = threading.Event()
+
+    def work(item, tick):
+        tick()
+        calls.append((item, threading.get_ident()))
+        if item == 3:
+            release.wait(10)  # hangs past the deadline
+        if item == 5:
+            raise ValueError("five")
+        return item * 10
+
+    try:
+        out = each_within(0.3, work, list(range(8)))
+    finally:
+        release.set()
+    assert [ok for ok, _ in out] == [True, True, True, False, True, False, True, True]
+    assert [v for ok, v in out if ok] == [0, 10, 20, 40, 60, 70]
+    assert isinstance(out[3][1], RewardTimeout) and "timed out after 0.3s" in str(out[3][1])
+    assert isinstance(out[5][1], ValueError)
+    time.sleep(0.05)  # the abandoned call returns once released: it must not have gone on with the next items
+    assert sorted(item for item, _ in calls) == list(range(8))  # each item ran once
+    threads = [ident for _, ident in sorted(calls)]
+    assert len(set(threads[:4])) == 1  # one thread for the items up to the hung one
+    assert len(set(threads[4:])) == 1 and threads[4] != threads[3]  # a fresh one after it
+
+
+def test_each_within_without_a_limit_runs_in_the_calling_thread():
+    here = threading.get_ident()
+    out = each_within(None, lambda item, tick: (item, threading.get_ident()), [1, 2])
+    assert out == [(True, (1, here)), (True, (2, here))]
+
+
+def test_each_within_deadline_is_per_call_not_per_batch():
+    # 12 calls of 0.05 s each under a 0.5 s limit: the batch takes longer than the limit, no call does
+    out = each_within(0.5, lambda item, tick: (tick(), time.sleep(0.05), item)[2], list(range(12)))
+    assert out == [(True, i) for i in range(12)]
+
+
+# --- whole runs: the paths agree --------------------------------------------------------------------------------
+
+VARIED = """
+    import math
+    import pytest
+    from pytest_reward import reward_function, EvaluateResult
+
+    @pytest.mark.reward({marker}probes=["empty", "echo", "stuffing", "repeat", "format_only", "truncate", "case",
+                                        "whitespace", "ground_truth_leak"])
+    @reward_function
+    def varied(messages, ground_truth=None, **kwargs):
+        text = messages[-1]["content"]
+        if "Q3" in text:
+            raise RuntimeError("cannot read Q3")
+        if not text.strip():
+            return EvaluateResult(score=0.0, is_score_valid=False, reason="empty")
+        if "lorem" in text:
+            return EvaluateResult(score=math.nan, reason="junk")
+        score = 1.0 if str(ground_truth) in text else 0.3
+        score += 1e-12 * text.count(" ")  # a hair above the floor for longer texts: the rounding margin decides
+        if len(text) > 60:
+            score = min(score, 0.9)
+        return EvaluateResult(score=score, reason=f"{{len(text)}} characters")
+"""
+
+VARIED_SAMPLES = [
+    {"messages": msgs("Q1: 6*7?", "6*7 = 42, so \\boxed{42}"), "ground_truth": "42"},
+    {"messages": msgs("Q2: 2+2?", "<think>2+2</think><answer>5</answer>"), "ground_truth": "4"},
+    {"messages": msgs("Q3: 10-3?", "The answer is 7"), "ground_truth": "7"},
+    {"messages": msgs("Q4: pick", "I pick (B)."), "ground_truth": "B"},
+    {"messages": msgs("Q5: say hi", "hi"), "ground_truth": "hi"},
+]
+
+
+def _probes(result):
+    return [
+        (
+            p.probe,
+            p.verdict,
+            p.checked,
+            p.broken,
+            p.errors,
+            p.passing,
+            p.not_applicable,
+            round(p.mean_original, 9) if p.mean_original is not None else None,  # sums in another order
+            round(p.mean_mutated, 9) if p.mean_mutated is not None else None,
+            [(e.line, e.problem, e.score, e.original_score, e.mutated) for e in p.examples],
+        )
+        for p in result.probes
+    ]
+
+
+@pytest.mark.parametrize("marker", ["", "threshold=0.5, "], ids=["no-threshold", "threshold"])
+def test_every_path_gives_the_same_probe_results(project, marker):
+    project.file("rewards.py", VARIED.format(marker=marker))
+    project.jsonl("s.jsonl", VARIED_SAMPLES)
+    here = project.result("--reward-samples", "s.jsonl")  # in this thread, each mutation scored as it is made
+    assert {p.verdict for p in here.probes} >= {"PASS", "FAIL"}
+    watched = project.result("--reward-samples", "s.jsonl", "--reward-timeout", "60")  # one watchdog a block
+    threads = project.result("--reward-samples", "s.jsonl", "--reward-workers", "2")  # the executor's path
+    filed = project.result("--reward-samples", "s.jsonl", "--reward-granularity", "file")
+    assert _probes(watched) == _probes(here)
+    assert _probes(threads) == _probes(here)
+    assert _probes(filed) == _probes(here)
+
+
+def test_a_reward_that_changes_its_input_reaches_neither_the_samples_nor_the_counter_examples(project):
+    project.file(
+        "rewards.py",
+        """
+        import pytest
+        from pytest_reward import reward_function, EvaluateResult
+
+        @pytest.mark.reward(probes=["repeat", "case"])
+        @reward_function
+        def vandal(messages, **kwargs):
+            with open("seen.txt", "a") as fh:
+                fh.write(messages[-2]["content"] + "\\n")
+            score = float(len(messages[-1]["content"]) > 20)
+            messages[-1]["content"] = "VANDALISED"  # its own turn: each call owns it
+            if messages[-2]["content"].startswith("touch"):
+                messages[-2]["content"] = "VANDALISED"  # shared with the other calls on this sample
+            return EvaluateResult(score=score, reason="read it")
+        """,
+    )
+    project.jsonl(
+        "s.jsonl",
+        [{"messages": msgs("keep me", "a short answer")}, {"messages": msgs("touch me", "another answer")}],
+    )
+    result = project.result("--reward-samples", "s.jsonl", "--reward-report", "rep")
+    probes = {p.probe: p for p in result.probes}
+    repeat = probes["repeat"]
+    # line 1: only its own turn changed (nothing shared): scored, and the repeat pays more; line 2: the question
+    # it shares with the other calls on that sample changed: that call fails, as a sample's would
+    assert (repeat.verdict, repeat.checked, repeat.broken, repeat.errors) == ("FAIL", 2, 2, 1)
+    first, second = sorted(repeat.examples, key=lambda e: e.line)
+    assert first.mutated == "a short answer\n\na short answer\n\na short answer" and first.score == 1.0
+    assert "vandal changed its input 'messages' in place" in second.problem
+    assert (first.original, second.original) == ("a short answer", "another answer")
+    assert probes["case"].errors == 1
+    summary = json.loads((project.path / "rep" / "summary.json").read_text())
+    assert "VANDALISED" not in json.dumps(summary["probes"])
+    # every call saw the real question: the copy a call changed was made again for the next one
+    seen = (project.path / "seen.txt").read_text().splitlines()
+    assert sorted(set(seen)) == ["keep me", "touch me"] and len(seen) == 2 + 2 + 2 + 2

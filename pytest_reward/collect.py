@@ -73,14 +73,17 @@ class SamplesFile(pytest.File):
                 yield from self._probe_items(self._probe_target(rs, fn, label), probes)
             return
         samples_of: dict[str, list[Sample]] = {}
+        invokers: dict[str, Invoker] = {}
         for fields, group in self._by_fields(rs, functions):
             samples: list[Sample] = []
             yield from self._sample_items(
-                rs, group, label, fields, samples, shared=len(functions) == len(group)
+                rs, group, label, fields, samples, shared=len(functions) == len(group), invokers=invokers
             )
             samples_of.update((fn.name, samples) for fn in group)
         for fn, probes in probed:
-            yield from self._probe_items(self._probe_target(rs, fn, label, samples_of[fn.name]), probes)
+            target = self._probe_target(rs, fn, label, samples_of[fn.name])
+            target.reuse_scores_of(invokers[fn.name])  # the sample items' own scores, not scored again
+            yield from self._probe_items(target, probes)
 
     def _by_fields(
         self, rs: RewardSession, functions: list[RewardFn]
@@ -190,10 +193,12 @@ class SamplesFile(pytest.File):
         samples: list[Sample],
         *,
         shared: bool,
+        invokers: dict[str, Invoker],
     ) -> Iterator[pytest.Item]:
         """Items per function × sample, the file read with ``fields``; ``samples`` is filled with the file's
-        samples (probe items share them). ``shared``: every function of the file reads it this way, so a row that
-        cannot be read is one item for all of them (else one per function, ``fn[row-N]``)."""
+        samples (probe items share them), ``invokers`` with each function's invoker. ``shared``: every function of
+        the file reads it this way, so a row that cannot be read is one item for all of them (else one per
+        function, ``fn[row-N]``)."""
         settings = rs.settings
         errors: list[SampleError] = []
         seen: dict[str, int] = {}
@@ -242,6 +247,7 @@ class SamplesFile(pytest.File):
                 timeout=settings.timeout,
                 replay_tolerance=settings.replay_tolerance,
             )
+            invokers[fn.name] = invoker
             batch = (
                 BatchScheduler(invoker, [s for s in samples if not s.prompt_only], settings.batch_size)
                 if invoker.batch

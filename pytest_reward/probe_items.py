@@ -122,6 +122,9 @@ class ProbeTarget:
         self.notes: list[str] = []
         """What the executor had to say (a worker died, a chunk was retried): the next item warns."""
         self._originals: Originals | None = None
+        self._sample_invoker: Invoker | None = None
+        self.reused = 0
+        """Samples whose own score :meth:`originals` took from their items (:meth:`reuse_scores_of`)."""
         self._answered: list[tuple[Sample, str]] | None = None
         self._prepared: list[list[Prepared]] | None = None
 
@@ -250,13 +253,35 @@ class ProbeTarget:
         for (index, sample, text, new, *_), checked in zip(mutations, results, strict=True):
             yield (index, sample, text, new, *checked)
 
+    def reuse_scores_of(self, invoker: Invoker) -> None:
+        """Take the scores of the samples' own responses from the items that score them (``sample`` granularity:
+        ``invoker`` is the function's sample items' invoker): :meth:`originals` reads the outcome of every sample
+        whose item ran in this process before it, and scores only the others (``-k probe``, another xdist worker,
+        items run in another order). The real samples' scores are what the probes compare with, and are not
+        scored twice."""
+        if self.samples is not None:
+            invoker.seen = {}
+            self._sample_invoker = invoker
+
     def originals(self) -> Originals:
         if self._originals is None:
+            source = self._sample_invoker
+            seen = source.seen if source is not None else None
+            if source is not None:
+                source.seen = None  # read once: nothing is recorded after this
             orig = Originals()
             for block in self.segments():
-                for outcome in self.score([sample for _, sample, _ in block]):
-                    orig.scores.append(math.nan if outcome.score is None else outcome.score)
-                    orig.verdict_pass.append(outcome.verdict == PASS)
+                known = [seen.get(id(sample)) for _, sample, _ in block] if seen else [None] * len(block)
+                missing = [sample for (_, sample, _), k in zip(block, known, strict=True) if k is None]
+                fresh = iter(self.score(missing)) if missing else iter(())
+                for k in known:
+                    if k is None:
+                        outcome = next(fresh)
+                        k = (math.nan if outcome.score is None else outcome.score, outcome.verdict == PASS)
+                    else:
+                        self.reused += 1
+                    orig.scores.append(k[0])
+                    orig.verdict_pass.append(k[1])
             valid = [s for s in orig.scores if not math.isnan(s)]
             orig.floor = floor_of(valid)
             orig.ceiling = max(valid) if valid else None

@@ -102,6 +102,10 @@ class Invoker:
         """File granularity: leave key and excerpt empty (filled by ``complete`` for outcomes that are kept)."""
         self.reward = Reward(fn.obj, spec=fn.spec, name=fn.name)
         self.batch = self.reward.batch
+        self.seen: dict[int, tuple[float, bool]] | None = None
+        """When a dict: each outcome's score (NaN: none) and whether its verdict is a pass, by ``id`` of its sample
+        (the function's probes read the scores of the samples' own responses here instead of scoring them again:
+        :meth:`pytest_reward.probe_items.ProbeTarget.reuse_scores_of`)."""
 
     # -- building calls ------------------------------------------------------------------------------------
 
@@ -307,6 +311,8 @@ class Invoker:
             replay = Bound(equals=sample.recorded, tol=self.replay_tolerance)
             expect = Expect(score=replay, metrics=expect.metrics if expect else ())
         verdict, score, metrics, failures, below = judge(result, self.fn.gates, expect, error=error)
+        if self.seen is not None:
+            self.seen[id(sample)] = (math.nan if score is None else score, verdict == PASS)
         if self.light:
             user = response = None
         else:

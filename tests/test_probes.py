@@ -163,10 +163,10 @@ def test_probes_score_through_the_same_path_runs_and_timeouts(project):
     result.stdout.fnmatch_lines(["*raised on the mutated response: *timed out after 0.2s*"])
     assert result.ret == 1
     calls = (project.path / "calls.txt").read_text().splitlines()
-    # 2 samples × 3 runs for the sample items, 2 × 3 for the originals the probe compares with, and the probe's:
-    # each mutated (blank) response times out on its first run, which ends its sample
-    assert calls.count("'a'") == calls.count("'b'") == 6
-    assert len(calls) == 14
+    # 2 samples × 3 runs for the sample items (the probe compares with their scores, not scored again), and the
+    # probe's: each mutated (blank) response times out on its first run, which ends its sample
+    assert calls.count("'a'") == calls.count("'b'") == 3
+    assert len(calls) == 8
 
 
 def test_batch_mode_functions_are_probed_in_batches(project):
@@ -194,8 +194,8 @@ def test_batch_mode_functions_are_probed_in_batches(project):
     assert (probes["contains", "stuffing"].verdict, probes["contains", "stuffing"].broken) == ("FAIL", 5)
     assert probes["contains", "empty"].verdict == "PASS"
     batches = (project.path / "batches.txt").read_text().split()
-    # sample items: 4 + 1; the originals: 4 + 1; each probe: 4 + 1
-    assert batches == ["4", "1"] * 4
+    # sample items: 4 + 1 (the probes compare with these scores); each probe: 4 + 1
+    assert batches == ["4", "1"] * 3
 
 
 def test_a_probe_applies_to_no_sample_is_skipped_with_the_reason(project):

@@ -285,4 +285,68 @@ def test_a_reward_that_changes_its_input_reaches_neither_the_samples_nor_the_cou
     assert "VANDALISED" not in json.dumps(summary["probes"])
     # every call saw the real question: the copy a call changed was made again for the next one
     seen = (project.path / "seen.txt").read_text().splitlines()
-    assert sorted(set(seen)) == ["keep me", "touch me"] and len(seen) == 2 + 2 + 2 + 2
+    assert sorted(set(seen)) == ["keep me", "touch me"] and len(seen) == 2 + 2 + 2
+
+
+# --- the samples' own scores ----------------------------------------------------------------------------------
+
+COUNTED = """
+    import itertools
+    import pytest
+    from pytest_reward import reward_function, EvaluateResult
+
+    CALLS = itertools.count(1)
+
+    @pytest.mark.reward(probes=["repeat", "empty"])
+    @reward_function
+    def counted(messages, **kwargs):
+        n = next(CALLS)
+        with open("calls.txt", "a") as fh:
+            fh.write(messages[-1]["content"][:10].replace("\\n", " ") + "\\n")
+        return EvaluateResult(score=n / 1000, reason=f"call {{n}}")
+"""
+
+
+def test_probes_compare_with_the_scores_the_sample_items_gave(project):
+    project.file("rewards.py", COUNTED)
+    project.jsonl("s.jsonl", [{"messages": msgs(f"q{i}", f"answer {i}")} for i in range(4)])
+    result = project.result("--reward-samples", "s.jsonl", "--reward-report", "rep")
+    calls = (project.path / "calls.txt").read_text().splitlines()
+    assert len(calls) == 4 + 4 + 4  # the samples once each, then each probe's mutations: none scored twice
+    own = {
+        row["line"]: row["score"]
+        for row in map(json.loads, (project.path / "rep" / "results.jsonl").read_text().splitlines())
+    }
+    repeat = next(p for p in result.probes if p.probe == "repeat")
+    # every call scores higher than the last, so each repeat breaks "<= original": the examples show the originals
+    assert repeat.broken == 4
+    assert {e.line: e.original_score for e in repeat.examples} == own
+    assert repeat.mean_original == pytest.approx(sum(own.values()) / 4)
+
+
+def test_probes_alone_score_the_samples_own_responses_themselves(project):
+    project.file("rewards.py", COUNTED)
+    project.jsonl("s.jsonl", [{"messages": msgs(f"q{i}", f"answer {i}")} for i in range(4)])
+    result = project.result("--reward-samples", "s.jsonl", "-k", "probe")
+    calls = (project.path / "calls.txt").read_text().splitlines()
+    assert calls[:4] == [f"answer {i}" for i in range(4)]  # scored once, for the rules, before the mutations
+    assert len(calls) == 4 + 4 + 4
+    assert {p.probe: p.checked for p in result.probes} == {"repeat": 4, "empty": 4}
+
+
+def test_file_items_and_their_probes(project):
+    project.file("rewards.py", COUNTED)
+    project.jsonl("s.jsonl", [{"messages": msgs(f"q{i}", f"answer {i}")} for i in range(4)])
+    project.result("--reward-samples", "s.jsonl", "--reward-granularity", "file")
+    calls = (project.path / "calls.txt").read_text().splitlines()
+    # file items stream the file: the probes score the samples' own responses again (kept as one float each)
+    assert len(calls) == 4 + 4 + 4 + 4
+
+
+def test_xdist_workers_score_what_their_items_did_not(project):
+    project.file("rewards.py", COUNTED.replace("n / 1000", "0.5"))
+    project.jsonl("s.jsonl", [{"messages": msgs(f"q{i}", f"answer {i}")} for i in range(4)])
+    result = project.run_subprocess("--reward-samples", "s.jsonl", "-n", "2")
+    result.assert_outcomes(passed=6)
+    calls = (project.path / "calls.txt").read_text().splitlines()
+    assert 4 + 8 <= len(calls) <= 4 + 8 + 4 * 2  # at most once more per sample and worker

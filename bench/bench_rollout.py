@@ -1,21 +1,28 @@
-"""Benchmark of the JAX inference engine (issue 7) against transformers (torch CPU) on the same weights.
+"""Benchmark of the JAX inference engine (issues 7 and 19) against transformers (torch CPU) on the same weights.
 
-    .venv/bin/python bench/bench_rollout.py            # everything (~10 min on 2 cores, most of it the naive loop)
-    .venv/bin/python bench/bench_rollout.py --quick    # skip the GPT-2-small naive no-cache loop (~7 min alone)
+    .venv/bin/python bench/bench_rollout.py            # everything (~25 min on a loaded 2-core box)
+    .venv/bin/python bench/bench_rollout.py --quick    # skip the naive no-cache loops
+    .venv/bin/python bench/bench_rollout.py --against 53a4cad   # also time that revision's decode step
     .venv/bin/python bench/bench_rollout.py --results bench/RESULTS.md   # also write our section of RESULTS.md
 
 Measures, printing every figure and ratio:
 
-* the float32 matmul peak of the machine (2048^3, numpy and jax; peak = the larger);
-* greedy rollout new tokens/s, fixed length (end-of-text ignored so every engine does the same work):
-  - the shipped tiny-adder model: batch 32 held-out prompts, 48 new tokens (its context is 64);
-  - a random GPT-2-small-shaped model (124M): batch 32, prompt 64, 64 new tokens;
-  each against transformers ``generate(do_sample=False)`` and a naive no-cache JAX loop (one full forward per
-  token), with the first call (compile + run) reported apart from the steady state (best of ``--reps``);
-* the decode step alone (rollout of 64 minus rollout of 1 new token, per step) as GFLOP/s and % of peak;
-* forward (perplexity scoring: logits, log-sum-exp, target log-probs) tokens/s on GPT-2-small, batch 8 x 256,
-  against transformers' forward + log_softmax on the same weights, and as % of peak;
-* the tiny-adder end to end: 1000 held-out problems, stopping at end-of-text, problems/s and accuracy.
+* the float32 matmul peak of the machine (2048^3, numpy and jax; peak = the larger, measured first and last);
+* greedy rollout new tokens/s at fixed length (end-of-text ignored so every engine does the same work) for three
+  shapes, each at batch 8 and 32: the shipped tiny-adder (4 layers, d128; 48 new tokens), a random 6-layer d384
+  GPT-2 (nanoGPT's character-level shape, byte vocabulary; prompt 64, 64 new tokens) and a random GPT-2-small
+  (124M; prompt 64, 64 new tokens), against transformers ``generate(do_sample=False)`` on the same weights: ours
+  with slot refill (the default) and with static batching, the first call (compile + run) apart from the steady
+  state (best of ``--reps``, contenders timed in alternation);
+* the decode step alone (static rollout of N minus rollout of 1 new token, per step) as GFLOP/s and % of peak,
+  and with ``--against REV`` the same step of revision REV's engine (its ``model.py``/``generate.py`` loaded from
+  git) timed in alternation with this one, so before/after share the machine's load;
+* slot refill against static batching on a long-tailed workload: 512 prompts, responses sampled from a random
+  6-layer d384 model whose end-of-text logit is raised so that a response ends after a geometric number of tokens
+  and about 10 % reach ``max_new_tokens`` (64); same outputs, generated tokens/s of each;
+* forward (perplexity scoring) tokens/s on GPT-2-small, batch 8 x 256, against transformers' forward + log_softmax;
+* the tiny-adder end to end: 1000 held-out problems, stopping at end-of-text, refill and static, and accuracy;
+* (unless ``--quick``) the naive no-cache JAX loop (one full forward per new token) on the tiny-adder.
 
 FLOPs count matmuls only: per token ``2 * (matmul weights) + 4 * L * context * D`` (+ the logits), with
 ``context`` = the key slots actually computed (all cache slots for a decode step, T for a forward).
@@ -25,17 +32,21 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib
+import inspect
 import json
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 import time
+import types
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from _common import cpu_model
+from _common import cpu_model, write_section
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -43,7 +54,7 @@ sys.path.insert(0, str(REPO))
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from pytest_reward.jax import ByteTokenizer, InferenceJob, resolve_model  # noqa: E402
+from pytest_reward.jax import ByteTokenizer, InferenceJob, ModelConfig, init_params, resolve_model  # noqa: E402
 from pytest_reward.jax import generate as gen  # noqa: E402
 
 SECTION = "## JAX inference engine (issue 7)"
@@ -53,6 +64,10 @@ LINES: list[str] = []
 def say(line: str = "") -> None:
     print(line, flush=True)
     LINES.append(line)
+
+
+def load() -> str:
+    return f"{os.getloadavg()[0]:.1f}"
 
 
 def best(fn: Callable[[], object], reps: int) -> float:
@@ -77,7 +92,7 @@ def best_interleaved(fns: dict[str, Callable[[], object]], reps: int) -> dict[st
 
 
 def machine() -> str:
-    return f"{cpu_model()}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start"
+    return f"{cpu_model()}, {os.cpu_count()} CPUs, load average {load()} at start"
 
 
 def wait_for_quiet(max_minutes: float, threshold: float = 1.0) -> None:
@@ -85,7 +100,7 @@ def wait_for_quiet(max_minutes: float, threshold: float = 1.0) -> None:
     deadline = time.time() + 60 * max_minutes
     while os.getloadavg()[0] >= threshold and time.time() < deadline:
         time.sleep(15)
-    print(f"(load average {os.getloadavg()[0]:.2f} when starting)", flush=True)
+    print(f"(load average {load()} when starting)", flush=True)
 
 
 def matmul_peak(reps: int) -> float:
@@ -99,8 +114,21 @@ def matmul_peak(reps: int) -> float:
     jx_gf = 2 * n**3 / best(lambda: mm(ja, jb).block_until_ready(), reps) / 1e9
     say(
         f"- float32 matmul 2048^3: numpy {np_gf:.0f} GFLOP/s, jax {jx_gf:.0f} GFLOP/s -> peak {max(np_gf, jx_gf):.0f}"
+        f" (load {load()})"
     )
     return max(np_gf, jx_gf)
+
+
+# ---------------------------------------------------------------------------------------------- models
+def random_gpt2(tmp: Path, name: str, **shape: int):
+    """A random GPT-2 written by transformers (``save_pretrained``) and loaded by both engines."""
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(**shape)).eval()
+    hf.save_pretrained(tmp / name)
+    return tmp / name, hf
 
 
 def hf_generate_fn(hf, tokens: np.ndarray, mask: np.ndarray, new: int) -> Callable[[], object]:
@@ -124,75 +152,197 @@ def hf_generate_fn(hf, tokens: np.ndarray, mask: np.ndarray, new: int) -> Callab
     return run
 
 
+# ---------------------------------------------------------------------------------------------- an older engine
+def engine_at(rev: str) -> types.ModuleType:
+    """Revision ``rev``'s ``generate`` module (with its ``model`` and ``config``), loaded from git into a package of
+    its own, for timing its decode step beside this one's."""
+    tmp = Path(tempfile.mkdtemp(prefix="engine-"))
+    pkg = tmp / "engine_before"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    for name in ("config", "model", "generate"):
+        src = subprocess.run(
+            ["git", "-C", str(REPO), "show", f"{rev}:pytest_reward/jax/{name}.py"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        (pkg / f"{name}.py").write_text(src)
+    sys.path.insert(0, str(tmp))
+    return importlib.import_module("engine_before.generate")
+
+
+def static_program(
+    module: types.ModuleType, job: InferenceJob, tokens: np.ndarray, mask: np.ndarray, new: int
+):
+    """A compiled static greedy rollout of ``module`` (this engine's ``generate`` or an older one) and a function
+    running it for ``n`` new tokens (n <= new)."""
+    B = len(tokens)
+    slots = max(16, 1 << (new - 1).bit_length())
+    cfg_mod = sys.modules[module.__name__.rsplit(".", 1)[0] + ".config"]
+    cfg = cfg_mod.ModelConfig(**{f: getattr(job.config, f) for f in job.config.__dataclass_fields__})
+    args = [job.params, jnp.asarray(tokens), jnp.asarray(mask), jnp.zeros((B, 2), jnp.int32), jnp.uint32(0)]
+    if "dparams" in inspect.signature(module.rollout).parameters:  # the decode layout beside the parameters
+        args.insert(1, job._decode_params())
+    rest = (jnp.float32(1e-6), jnp.int32(0), jnp.float32(1.0))
+    static = {"cfg": cfg, "new_slots": slots, "mode": "greedy", "stop_ids": ()}
+    exe = module.rollout_jit.lower(*args, jnp.int32(new), *rest, **static).compile()
+
+    def run(n: int) -> np.ndarray:
+        return np.asarray(exe(*args, jnp.int32(n), *rest)[0])
+
+    run(new)
+    run(1)
+    return run
+
+
+# ---------------------------------------------------------------------------------------------- fixed length
 def rollout_bench(
-    name: str, job: InferenceJob, hf, prompts: list[list[int]], new: int, reps: int, peak: float
+    name: str,
+    job: InferenceJob,
+    hf,
+    prompts: list[list[int]],
+    new: int,
+    reps: int,
+    peak: float,
+    before: types.ModuleType | None,
 ) -> dict:
+    """Fixed-length greedy rollouts of one batch: ours (refill, static), transformers, the decode step."""
     B = len(prompts)
-    say(f"\n### {name}: batch {B}, prompt {max(map(len, prompts))}, {new} new tokens (greedy, fixed length)")
+    P = max(map(len, prompts))
+    say(f"\n### {name}: batch {B}, prompt {P}, {new} new tokens (greedy, fixed length)")
     job.reset_stats()
     t0 = time.perf_counter()
-    job.generate_tokens(prompts, new, ignore_eos=True)
+    ours = np.array(job.generate_tokens(prompts, new, ignore_eos=True)[0])
     first = time.perf_counter() - t0
     compile_s = job.stats.compile_seconds
-    job.generate_tokens(prompts, 1, ignore_eos=True)  # compile the 1-token variant outside the timing
-    t = best_interleaved(
-        {
-            "ours": lambda: job.generate_tokens(prompts, new, ignore_eos=True),
-            "prefill": lambda: job.generate_tokens(prompts, 1, ignore_eos=True),
-            "hf": hf_generate_fn(hf, *job.pad(prompts, 0), new),
-        },
-        reps,
-    )
-    ours = B * new / t["ours"]
-    say(
-        f"- ours: first call {first:.2f} s (of which lowering + XLA compile {compile_s:.2f} s), steady state "
-        f"{t['ours']:.3f} s -> **{ours:.0f} new tok/s**"
-    )
-    step = (t["ours"] - t["prefill"]) / (new - 1)
-    P = max(map(len, prompts))
+    static = np.array(job.generate_tokens(prompts, new, ignore_eos=True, batching="static")[0])
+    tokens, mask = job.pad(job.generate_tokens(prompts, 1, ignore_eos=True, batching="static")[1], 0)
+    step_now = static_program(gen, job, tokens, mask, new)
+    fns: dict[str, Callable[[], object]] = {
+        "refill": lambda: job.generate_tokens(prompts, new, ignore_eos=True),
+        "static": lambda: job.generate_tokens(prompts, new, ignore_eos=True, batching="static"),
+        "step N": lambda: step_now(new),
+        "step 1": lambda: step_now(1),
+        "hf": hf_generate_fn(hf, tokens, mask, new),
+    }
+    if before is not None:
+        step_before = static_program(before, job, tokens, mask, new)
+        fns["before N"] = lambda: step_before(new)
+        fns["before 1"] = lambda: step_before(1)
+        same_before = bool((step_before(new) == step_now(new)).all())
+    t = best_interleaved(fns, reps)
+    tok_s = {k: B * new / t[k] for k in ("refill", "static", "hf")}
     P_bucket = max(16, 1 << (P - 1).bit_length())
     slots = P_bucket + max(16, 1 << (new - 1).bit_length())
-    gfs = B * job.config.matmul_flops_per_token(slots) / step / 1e9
-    say(
-        f"- decode step: {step * 1e3:.1f} ms ({B} rows, {slots} cache slots), {gfs:.1f} GFLOP/s = "
-        f"**{100 * gfs / peak:.0f} % of matmul peak** (prefill + first token {t['prefill']:.3f} s)"
-    )
-    out = {
-        "ours_tok_s": ours,
+    flops = B * job.config.matmul_flops_per_token(slots)
+    step = (t["step N"] - t["step 1"]) / (new - 1)
+    r = {
+        "tok_s": tok_s["refill"],
+        "static_tok_s": tok_s["static"],
+        "hf_tok_s": tok_s["hf"],
         "first_s": first,
-        "compile_s": compile_s,
         "step_ms": step * 1e3,
-        "step_gfs": gfs,
+        "step_gfs": flops / step / 1e9,
+        "step_pct": 100 * flops / step / 1e9 / peak,
     }
-    out["hf_tok_s"] = B * new / t["hf"]
     say(
-        f"- transformers generate: {t['hf']:.2f} s -> {out['hf_tok_s']:.0f} new tok/s; "
-        f"**ratio {ours / out['hf_tok_s']:.2f}x** (target >= 2x)"
+        f"- ours (refill): first call {first:.2f} s (lowering + XLA compile {compile_s:.2f} s), steady "
+        f"{t['refill']:.3f} s -> **{tok_s['refill']:.0f} new tok/s**; static batching {t['static']:.3f} s -> "
+        f"{tok_s['static']:.0f} new tok/s; same tokens: {bool((ours == static).all())}"
     )
-    say(f"- (best of {reps} alternating runs of each; load average {os.getloadavg()[0]:.2f} after)")
-    return out
-
-
-def naive_bench(name: str, job: InferenceJob, prompts: list[list[int]], new: int, r: dict) -> None:
-    """The naive baseline: greedy decoding without a cache, one full forward over the buffer per new token."""
-    B = len(prompts)
-    tokens, mask = job.pad(prompts, 0)
-    args = (job.params, jnp.asarray(tokens), jnp.asarray(mask))
-    t0 = time.perf_counter()
-    exe = gen.rollout_no_cache_jit.lower(*args, cfg=job.config, new_tokens=new).compile()
-    c = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    ref = np.asarray(exe(*args))
-    naive_s = time.perf_counter() - t0
-    r["naive_tok_s"] = B * new / naive_s
-    cached = np.array(job.generate_tokens(prompts, new, ignore_eos=True)[0])
     say(
-        f"- {name}, naive no-cache JAX loop: compile {c:.2f} s, run {naive_s:.2f} s -> {r['naive_tok_s']:.1f} new "
-        f"tok/s; **ours is {r['ours_tok_s'] / r['naive_tok_s']:.1f}x** (target >= 2x); greedy agreement with the "
-        f"cached rollout {float((cached == ref).mean()):.3f}"
+        f"- transformers generate: {t['hf']:.3f} s -> {tok_s['hf']:.0f} new tok/s; **ours {r['tok_s'] / r['hf_tok_s']:.2f}x**"
+        f" (static {r['static_tok_s'] / r['hf_tok_s']:.2f}x; target >= 2x)"
     )
+    say(
+        f"- decode step: {step * 1e3:.2f} ms ({B} rows, {slots} cache slots), {flops / step / 1e9:.1f} GFLOP/s = "
+        f"**{r['step_pct']:.0f} % of matmul peak** (prefill + first token {t['step 1'] * 1e3:.1f} ms)"
+    )
+    if before is not None:
+        step_b = (t["before N"] - t["before 1"]) / (new - 1)
+        r["before_step_ms"] = step_b * 1e3
+        r["before_step_gfs"] = flops / step_b / 1e9
+        r["before_step_pct"] = 100 * flops / step_b / 1e9 / peak
+        say(
+            f"- decode step of the engine before: {step_b * 1e3:.2f} ms = {r['before_step_pct']:.0f} % of peak; "
+            f"**this one is {step_b / step:.2f}x faster**; same tokens: {same_before}"
+        )
+    say(f"- (best of {reps} alternating runs of each; load average {load()} after)")
+    return r
 
 
+# ---------------------------------------------------------------------------------------------- refill
+def long_tail_job(p_stop: float) -> InferenceJob:
+    """A random 6-layer d384 GPT-2 (byte vocabulary) whose end-of-text logit is raised by a constant ``b``: feature
+    0 of the final norm is the constant 1 (scale 0, bias 1), it is 0 in every token's embedding but end-of-text's,
+    where it is ``b``. The other logits are near-uniform (random weights), so at temperature 1 a row stops at each
+    step with probability about ``p_stop``: lengths are geometric."""
+    cfg = ModelConfig.gpt2(vocab_size=257, d_model=384, n_layers=6, n_heads=6, max_positions=256)
+    params = init_params(cfg, seed=0)
+    eot = 256
+    b = float(np.log(p_stop / (1 - p_stop) * (cfg.vocab_size - 1)))
+    params["final_norm"]["scale"][0] = 0.0
+    params["final_norm"]["bias"][0] = 1.0
+    params["embed"][:, 0] = 0.0
+    params["embed"][eot, 0] = b
+    return InferenceJob(cfg, params, ByteTokenizer(), per_device_batch_size=32)
+
+
+def refill_bench(reps: int, n_prompts: int = 512, new: int = 64) -> dict:
+    rng = np.random.default_rng(0)
+    prompts = [rng.integers(97, 123, rng.integers(8, 16)).tolist() for _ in range(n_prompts)]
+    target = 1 - 0.1 ** (1 / (new - 1))  # P(no stop in the first new - 1 tokens) = 10 %
+    job = long_tail_job(target)
+    kw = {"temperature": 1.0, "seed": 1}
+    # calibrate the bias once on the real model (its other logits are not exactly uniform)
+    gens, _ = job.generate_tokens(prompts[:128], new, **kw)
+    stops = sum(g[-1] == 256 for g in gens)
+    seen = stops / sum(len(g) for g in gens)
+    adjust = np.log(target / (1 - target)) - np.log(seen / (1 - seen))
+    params = jax.tree_util.tree_map(np.array, job.params)  # writable host copies
+    params["embed"][256, 0] += adjust
+    job = InferenceJob(job.config, params, ByteTokenizer(), per_device_batch_size=32)
+    say(
+        f"\n### Slot refill vs static batching: {n_prompts} prompts (8-15 bytes), up to {new} new tokens, sampled "
+        f"(temperature 1), batch {job.per_device_batch_size}"
+    )
+    job.generate_tokens(prompts, new, **kw)  # compile both programs outside the timing
+    job.generate_tokens(prompts, new, batching="static", **kw)
+    refill_out: list = []
+    static_out: list = []
+    steps: dict[str, int] = {}
+
+    def run(batching: str, out: list) -> None:
+        job.reset_stats()
+        out[:] = job.generate_tokens(prompts, new, batching=batching, **kw)[0]
+        steps[batching] = job.stats.decode_steps
+
+    t = best_interleaved(
+        {"refill": lambda: run("refill", refill_out), "static": lambda: run("static", static_out)}, reps
+    )
+    lengths = np.array([len(g) for g in refill_out])
+    tokens = int(lengths.sum())
+    r = {k: tokens / t[k] for k in t}
+    say(
+        f"- workload: mean response {lengths.mean():.1f} tokens, median {np.median(lengths):.0f}, "
+        f"{100 * np.mean(lengths == new):.1f} % reach {new} (end-of-text bias calibrated: per-step stop "
+        f"probability {target:.3f})"
+    )
+    say(
+        f"- static batching: {t['static']:.2f} s, {steps['static']} decode steps -> {r['static']:.0f} generated tok/s"
+    )
+    say(
+        f"- slot refill: {t['refill']:.2f} s, {steps['refill']} decode steps -> {r['refill']:.0f} generated tok/s"
+    )
+    say(
+        f"- **refill / static: {r['refill'] / r['static']:.2f}x** (target >= 2x); same outputs: "
+        f"{refill_out == static_out}; (best of {reps} alternating runs; load average {load()} after)"
+    )
+    return {"ratio": r["refill"] / r["static"], "same": refill_out == static_out}
+
+
+# ---------------------------------------------------------------------------------------------- forward
 def forward_bench(job: InferenceJob, hf, peak: float, reps: int) -> dict:
     import torch
 
@@ -220,28 +370,58 @@ def forward_bench(job: InferenceJob, hf, peak: float, reps: int) -> dict:
     gfs = B * T * job.config.matmul_flops_per_token(T) / steady / 1e9
     say(
         f"- ours: first call {first:.2f} s (compile {job.stats.compile_seconds:.2f} s), steady {steady:.3f} s -> "
-        f"**{ours:.0f} tok/s**, {gfs:.0f} GFLOP/s = **{100 * gfs / peak:.0f} % of matmul peak** (target >= 65 %)"
+        f"**{ours:.0f} tok/s**, {gfs:.0f} GFLOP/s = **{100 * gfs / peak:.0f} % of matmul peak**"
     )
     diff = float(np.abs(np.stack(job.token_nll(texts)) - ref).max())
     say(
         f"- transformers forward + log_softmax: {hf_s:.3f} s -> {B * T / hf_s:.0f} tok/s; "
-        f"**ratio {hf_s / steady:.2f}x** (target >= 1.3x); max |nll diff| {diff:.1e}"
+        f"**ratio {hf_s / steady:.2f}x**; max |nll diff| {diff:.1e}"
     )
-    say(f"- (best of {reps} alternating runs of each; load average {os.getloadavg()[0]:.2f} after)")
+    say(f"- (best of {reps} alternating runs of each; load average {load()} after)")
     return {"ours_tok_s": ours, "hf_tok_s": B * T / hf_s, "gfs": gfs}
 
 
-def adder_end_to_end(job: InferenceJob, reps: int) -> None:
-    problems = [
-        json.loads(x) for x in (resolve_model("tiny-adder") / "heldout.jsonl").read_text().splitlines()
-    ]
+def adder_end_to_end(reps: int) -> None:
+    adder_dir = resolve_model("tiny-adder")
+    job = InferenceJob.from_checkpoint(adder_dir, per_device_batch_size=256)
+    problems = [json.loads(x) for x in (adder_dir / "heldout.jsonl").read_text().splitlines()]
     prompts = [p["prompt"] for p in problems]
     job.rollout(prompts, 6)
-    t = best(lambda: job.rollout(prompts, 6), reps)
-    acc = np.mean([r.text == p["answer"] for r, p in zip(job.rollout(prompts, 6), problems, strict=True)])
+    job.rollout(prompts, 6, batching="static")
+    t = best_interleaved(
+        {
+            "refill": lambda: job.rollout(prompts, 6),
+            "static": lambda: job.rollout(prompts, 6, batching="static"),
+        },
+        reps,
+    )
+    out = job.rollout(prompts, 6)
+    acc = np.mean([r.text == p["answer"] for r, p in zip(out, problems, strict=True)])
+    same = [r.tokens for r in out] == [r.tokens for r in job.rollout(prompts, 6, batching="static")]
     say(
-        f"\n### tiny-adder end to end: {len(prompts)} held-out problems, stop at end-of-text, batch "
-        f"{job.per_device_batch_size}: {t:.3f} s -> {len(prompts) / t:.0f} problems/s, greedy accuracy {acc:.3f}"
+        f"\n### tiny-adder end to end: {len(prompts)} held-out problems, stop at end-of-text, batch 256: refill "
+        f"{t['refill']:.3f} s -> {len(prompts) / t['refill']:.0f} problems/s, static {t['static']:.3f} s -> "
+        f"{len(prompts) / t['static']:.0f} problems/s; same tokens {same}; greedy accuracy {acc:.3f} (load {load()})"
+    )
+
+
+def naive_bench(name: str, job: InferenceJob, prompts: list[list[int]], new: int, r: dict) -> None:
+    """The naive baseline: greedy decoding without a cache, one full forward over the buffer per new token."""
+    B = len(prompts)
+    tokens, mask = job.pad(prompts, 0)
+    args = (job.params, jnp.asarray(tokens), jnp.asarray(mask))
+    t0 = time.perf_counter()
+    exe = gen.rollout_no_cache_jit.lower(*args, cfg=job.config, new_tokens=new).compile()
+    c = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    ref = np.asarray(exe(*args))
+    naive_s = time.perf_counter() - t0
+    naive = B * new / naive_s
+    cached = np.array(job.generate_tokens(prompts, new, ignore_eos=True)[0])
+    say(
+        f"- {name}, naive no-cache JAX loop: compile {c:.2f} s, run {naive_s:.2f} s -> {naive:.1f} new tok/s; "
+        f"**ours is {r['tok_s'] / naive:.1f}x**; greedy agreement with the cached rollout "
+        f"{float((cached == ref).mean()):.3f}"
     )
 
 
@@ -256,22 +436,16 @@ def write_results(path: Path, command: str) -> None:
         f"- command: `{command}`",
         "",
     ]
-    body = "\n".join(header + LINES).rstrip() + "\n"
-    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmark results\n"
-    start = text.find(SECTION)
-    if start >= 0:
-        nxt = text.find("\n## ", start + len(SECTION))
-        text = text[:start] + body + ("\n" + text[nxt + 1 :] if nxt >= 0 else "")
-    else:
-        text = text.rstrip() + "\n\n" + body
-    path.write_text(text, encoding="utf-8")
+    write_section(path, SECTION, "\n".join(header + LINES))
 
 
 def main() -> None:
     global machine_line, torch_version
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="skip the GPT-2-small naive no-cache loop")
-    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--quick", action="store_true", help="skip the naive no-cache loop")
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--against", metavar="REV", help="also time the decode step of git revision REV's engine")
+    p.add_argument("--only", choices=["fixed", "refill", "forward", "adder"], help="run one part only")
     p.add_argument("--results", type=Path, help="write our section of this RESULTS.md")
     p.add_argument(
         "--wait-quiet", type=float, default=0.0, metavar="MIN", help="wait up to MIN minutes for load < 1"
@@ -286,30 +460,64 @@ def main() -> None:
     machine_line = machine()
     say(f"Machine: {machine_line}; torch threads {torch.get_num_threads()}; jax devices {jax.devices()}")
     peak = matmul_peak(10)
-
-    # the shipped model
-    adder_dir = resolve_model("tiny-adder")
-    adder = InferenceJob.from_checkpoint(adder_dir, per_device_batch_size=32)
-    hf_adder = transformers.AutoModelForCausalLM.from_pretrained(adder_dir).eval()
-    problems = [json.loads(x) for x in (adder_dir / "heldout.jsonl").read_text().splitlines()][:32]
-    adder_prompts = [ByteTokenizer().encode(p["prompt"]) for p in problems]
-    r_adder = rollout_bench("tiny-adder (shipped)", adder, hf_adder, adder_prompts, 48, args.reps, peak)
-    adder_end_to_end(InferenceJob.from_checkpoint(adder_dir, per_device_batch_size=256), args.reps)
-
-    # GPT-2-small shape, random weights written by transformers and loaded by us
-    torch.manual_seed(0)
-    hf = transformers.GPT2LMHeadModel(transformers.GPT2Config()).eval()
-    with tempfile.TemporaryDirectory() as tmp:
-        hf.save_pretrained(tmp)
-        job = InferenceJob.from_checkpoint(tmp, tokenizer=ByteTokenizer(), per_device_batch_size=32)
-    prompts = np.random.default_rng(0).integers(1, 50000, (32, 64)).tolist()
-    r_gpt = rollout_bench("GPT-2-small shape (124M, random)", job, hf, prompts, 64, args.reps, peak)
-    r_fwd = forward_bench(job, hf, peak, args.reps)
-
-    say("\n### Naive no-cache baseline (measured last: it is slow)")
-    naive_bench("tiny-adder", adder, adder_prompts, 48, r_adder)
-    if not args.quick:
-        naive_bench("GPT-2-small", job, prompts, 64, r_gpt)
+    before = engine_at(args.against) if args.against else None
+    if before is not None:
+        say(f"- engine before: revision {args.against} (its model.py and generate.py)")
+    results: dict[str, dict] = {}
+    refill = None
+    with tempfile.TemporaryDirectory() as tmp_dir:
+        tmp = Path(tmp_dir)
+        if args.only in (None, "fixed", "forward"):
+            adder_dir = resolve_model("tiny-adder")
+            problems = [json.loads(x) for x in (adder_dir / "heldout.jsonl").read_text().splitlines()][:32]
+            d384_dir, hf_d384 = random_gpt2(
+                tmp, "d384", n_layer=6, n_embd=384, n_head=6, vocab_size=257, n_positions=256
+            )
+            gpt2_dir, hf_gpt2 = random_gpt2(tmp, "gpt2")
+            rng = np.random.default_rng(0)
+            shapes = [
+                (
+                    "tiny-adder (shipped, 4 layers, d128)",
+                    adder_dir,
+                    transformers.AutoModelForCausalLM.from_pretrained(adder_dir).eval(),
+                    [ByteTokenizer().encode(p["prompt"]) for p in problems],
+                    48,
+                ),
+                (
+                    "6-layer d384 (random, byte vocabulary)",
+                    d384_dir,
+                    hf_d384,
+                    rng.integers(1, 256, (32, 64)).tolist(),
+                    64,
+                ),
+                (
+                    "GPT-2-small (124M, random)",
+                    gpt2_dir,
+                    hf_gpt2,
+                    rng.integers(1, 50000, (32, 64)).tolist(),
+                    64,
+                ),
+            ]
+        if args.only in (None, "fixed"):
+            for name, path, hf, prompts, new in shapes:
+                job = InferenceJob.from_checkpoint(path, tokenizer=ByteTokenizer(), per_device_batch_size=32)
+                for B in (8, 32):
+                    results[f"{name}, batch {B}"] = rollout_bench(
+                        name, job, hf, prompts[:B], new, args.reps, peak, before
+                    )
+        if args.only in (None, "refill"):
+            refill = refill_bench(args.reps)
+        if args.only in (None, "forward"):
+            job = InferenceJob.from_checkpoint(
+                shapes[2][1], tokenizer=ByteTokenizer(), per_device_batch_size=32
+            )
+            fwd = forward_bench(job, shapes[2][2], peak, args.reps)
+    if args.only in (None, "adder"):
+        adder_end_to_end(args.reps)
+    if not args.quick and args.only is None:
+        say("\n### Naive no-cache baseline (measured last: it is slow)")
+        adder = InferenceJob.from_checkpoint(resolve_model("tiny-adder"), per_device_batch_size=32)
+        naive_bench("tiny-adder", adder, shapes[0][3], 48, results[f"{shapes[0][0]}, batch 32"])
 
     peak_end = matmul_peak(10)
     peak = max(peak, peak_end)
@@ -317,19 +525,27 @@ def main() -> None:
         f"- matmul peak used for the summary: {peak:.0f} GFLOP/s (the larger of the start and end measurements)"
     )
     say(
-        "\n### Summary (targets: rollout >= 2x transformers and >= 2x naive; decode >= 25 % of peak; "
-        "forward >= 1.3x transformers and >= 65 % of peak)"
+        "\n### Summary (targets: rollout >= 2x transformers at every shape; GPT-2-small decode >= 60 % of peak)"
     )
-    for name, r in (("tiny-adder", r_adder), ("GPT-2-small", r_gpt)):
-        naive = f", {r['ours_tok_s'] / r['naive_tok_s']:.1f}x naive" if "naive_tok_s" in r else ""
-        say(
-            f"- {name} rollout: {r['ours_tok_s']:.0f} new tok/s = {r['ours_tok_s'] / r['hf_tok_s']:.2f}x transformers"
-            f"{naive}; decode step {100 * r['step_gfs'] / peak:.0f} % of peak; first call {r['first_s']:.2f} s"
+    for name, r in results.items():
+        before_txt = (
+            f"; before: {r['before_step_ms']:.2f} ms = {100 * r['before_step_gfs'] / peak:.0f} % of peak"
+            if "before_step_ms" in r
+            else ""
         )
-    say(
-        f"- GPT-2-small forward: {r_fwd['ours_tok_s']:.0f} tok/s = {r_fwd['ours_tok_s'] / r_fwd['hf_tok_s']:.2f}x "
-        f"transformers, {100 * r_fwd['gfs'] / peak:.0f} % of peak"
-    )
+        say(
+            f"- {name}: {r['tok_s']:.0f} new tok/s = **{r['tok_s'] / r['hf_tok_s']:.2f}x transformers**; decode "
+            f"step {r['step_ms']:.2f} ms = **{100 * r['step_gfs'] / peak:.0f} % of peak**{before_txt}"
+        )
+    if refill is not None:
+        say(
+            f"- slot refill on the long-tailed workload: **{refill['ratio']:.2f}x static batching**, same outputs {refill['same']}"
+        )
+    if args.only in (None, "forward"):
+        say(
+            f"- GPT-2-small forward: {fwd['ours_tok_s']:.0f} tok/s = {fwd['ours_tok_s'] / fwd['hf_tok_s']:.2f}x "
+            f"transformers, {100 * fwd['gfs'] / peak:.0f} % of peak"
+        )
     if args.results:
         write_results(args.results, "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]))
         print(f"wrote {args.results}")

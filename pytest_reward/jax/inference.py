@@ -220,6 +220,8 @@ class InferenceJob:
         self.random = random.Random(0xC0FFEE)
         self.stats = InferenceStats()
         self._executables: dict[tuple[Any, ...], Any] = {}
+        self._dparams: model.Params = {}
+        self._dparams_of: InferenceState | None = None
         self._rollout_counter = 0
         eos = [self.tokenizer.eot_token, *config.eos_token_ids]
         self.stop_token_ids: tuple[int, ...] = tuple(
@@ -299,6 +301,16 @@ class InferenceJob:
     @property
     def params(self) -> model.Params:
         return self.state.params
+
+    def _decode_params(self) -> model.Params:
+        """:func:`~.model.decode_weights` of the current parameters, the layout the decode step reads: built on the
+        host once per parameter set (a new ``state``, as ``Evaluator.update_params`` sets, builds it again) and kept
+        on the devices beside the parameters (a second copy of the weight matrices)."""
+        if self._dparams_of is not self.state:
+            host = jax.tree_util.tree_map(lambda a: np.asarray(a.addressable_data(0)), self.state.params)
+            self._dparams = jax.device_put(model.decode_weights(host, self.config), self._replicated)
+            self._dparams_of = self.state
+        return self._dparams
 
     def save(self, path: str | Path, **kwargs: Any) -> Path:
         """Write the model as a Hugging Face directory (weights in float32) and, when possible, the tokenizer."""
@@ -566,7 +578,7 @@ class InferenceJob:
     ) -> np.ndarray:
         """Static batching: rows ``(prompt index, sample index)`` in batches of ``B``, each decoded until its longest
         row stopped. Returns the new tokens (len(rows), N) int32."""
-        params = self.state.params
+        params, dparams = self.state.params, self._decode_params()
 
         def batches() -> Iterator[Any]:
             for start in range(0, len(rows), B):
@@ -577,6 +589,7 @@ class InferenceJob:
                 tokens, mask = self.pad([fed[i] for i, _ in chunk], self.tokenizer.pad_token, P)
                 args = (
                     params,
+                    dparams,
                     self._put_batch(tokens),
                     self._put_batch(mask),
                     self._put_batch(np.asarray(chunk, np.int32)),
@@ -611,7 +624,7 @@ class InferenceJob:
         local = B // r
         static = {**static, "batch": local, "group": max(1, local // REFILL_GROUP_DIVISOR)}
         fn = generate.refill_program(self.mesh)
-        params = self.state.params
+        params, dparams = self.state.params, self._decode_params()
 
         def calls() -> Iterator[Any]:
             for start in range(0, len(rows), size):
@@ -624,8 +637,8 @@ class InferenceJob:
                 ids[at] = chunk
                 n_rows = np.bincount(np.arange(len(chunk)) % r, minlength=r).astype(np.int32)
                 args = tuple(self._put_batch(a) for a in (tokens, mask, ids, n_rows))
-                exe = self._executable("rollout_refill", fn, (params, *args, *scalars), static)
-                yield exe(params, *args, *scalars)
+                exe = self._executable("rollout_refill", fn, (params, dparams, *args, *scalars), static)
+                yield exe(params, dparams, *args, *scalars)
 
         outs = []
         for (out, steps), start in zip(

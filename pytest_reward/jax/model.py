@@ -100,16 +100,19 @@ def _linear(p: Params, x: jax.Array) -> jax.Array:
     return y + p["b"] if "b" in p else y
 
 
-def _norm(p: Params, x: jax.Array, cfg: ModelConfig) -> jax.Array:
-    """LayerNorm (GPT-2) or RMSNorm (Llama) over the last axis, computed in float32."""
+def _norm(p: Params, x: jax.Array, cfg: ModelConfig, axis: int = -1) -> jax.Array:
+    """LayerNorm (GPT-2) or RMSNorm (Llama) over ``axis`` (the features: -1, or 0 for a feature-major (D, B)
+    array), computed in float32."""
     x32 = x.astype(jnp.float32)
+    scale = p["scale"] if axis == -1 else p["scale"][:, None]
     if cfg.family == "gpt2":
-        mean = x32.mean(-1, keepdims=True)
-        var = jnp.square(x32 - mean).mean(-1, keepdims=True)
+        bias = p["bias"] if axis == -1 else p["bias"][:, None]
+        mean = x32.mean(axis, keepdims=True)
+        var = jnp.square(x32 - mean).mean(axis, keepdims=True)
         y = (x32 - mean) * jax.lax.rsqrt(var + cfg.norm_eps)
-        return (y.astype(x.dtype) * p["scale"] + p["bias"]).astype(x.dtype)
-    var = jnp.square(x32).mean(-1, keepdims=True)
-    return p["scale"] * (x32 * jax.lax.rsqrt(var + cfg.norm_eps)).astype(x.dtype)
+        return (y.astype(x.dtype) * scale + bias).astype(x.dtype)
+    var = jnp.square(x32).mean(axis, keepdims=True)
+    return scale * (x32 * jax.lax.rsqrt(var + cfg.norm_eps)).astype(x.dtype)
 
 
 def _mlp(p: Params, x: jax.Array, cfg: ModelConfig) -> jax.Array:
@@ -192,13 +195,19 @@ def unembed_slice(params: Params, cfg: ModelConfig, h: jax.Array, start: int, si
 
 # ---------------------------------------------------------------------------------------------- full forward
 def hidden_states(
-    params: Params, cfg: ModelConfig, tokens: jax.Array, mask: jax.Array | None = None
+    params: Params,
+    cfg: ModelConfig,
+    tokens: jax.Array,
+    mask: jax.Array | None = None,
+    last_only: bool = False,
 ) -> tuple[jax.Array, list[tuple[jax.Array, jax.Array]]]:
     """Causal forward over a left-padded batch, without the unembedding.
 
     tokens (B, T) int32, mask (B, T) bool (True = real token; ``None`` = no padding).
     Returns the last hidden state before the final norm (B, T, D) and each layer's rotated keys and values,
-    (B, KV, T, Dh) each, ready to seed a KV cache.
+    (B, KV, T, Dh) each, ready to seed a KV cache. ``last_only`` (a prefill: the cache needs every position's keys
+    and values, the first new token only the last position's state): the last layer's attention output and MLP
+    run for the last position only, and the hidden state is (B, 1, D).
     """
     B, T = tokens.shape
     if mask is None:
@@ -208,10 +217,12 @@ def hidden_states(
     allowed = (causal[None] & mask[:, None, :])[:, None, None]  # (B, 1, 1, T, T)
     x = _embed(params, cfg, tokens, pos)
     kvs = []
-    for lp in params["layers"]:
+    for i, lp in enumerate(params["layers"]):
         q, k, v = _split_qkv(_linear(lp["qkv"], _norm(lp["attn_norm"], x, cfg)), cfg)
         if cfg.family == "llama":
             q, k = _rope(q, pos, cfg), _rope(k, pos, cfg)
+        if last_only and i == cfg.n_layers - 1:
+            q, allowed, x = q[:, :, :, -1:], allowed[:, :, :, -1:], x[:, -1:]
         x = x + _linear(lp["out"], _attend(q, k, v, allowed, cfg))
         x = x + _mlp(lp, _norm(lp["mlp_norm"], x, cfg), cfg)
         kvs.append((k, v))
@@ -231,8 +242,67 @@ def init_cache(kvs: list[tuple[jax.Array, jax.Array]], extra_slots: int) -> KVCa
     return tuple((jnp.pad(k, widen), jnp.pad(v, widen)) for k, v in kvs)
 
 
+def decode_weights(params: Params, cfg: ModelConfig) -> Params:
+    """The parameters as :func:`decode_step` reads them: every matrix as (out, in), the unembedding as (V, D).
+
+    A decode step multiplies a few rows by every weight matrix. On CPU, XLA's matmul (YNNPACK) packs its right
+    operand on every call: with the weight on the right, that is the whole matrix every step; with the weight on the
+    left in (out, in) layout it streams the weight once and packs only the B activation columns (GPT-2-small, batch
+    32: 47 ms of matmuls per step instead of 64). :class:`~.inference.InferenceJob` keeps this second copy of the
+    matrices beside the parameters (computed once per parameter set, on the host) and passes both to the rollout
+    programs: the prefill reads the checkpoint layout of :func:`init_params`, the one tree everything else reads.
+    Works on numpy arrays (the transposes are views) and inside jit alike.
+
+    Tree: ``embed``, ``pos_embed`` (GPT-2), ``final_norm`` as in ``params``; ``unembed`` (V, D) (``embed`` itself
+    when tied); ``layers[i]``: the norms, and ``qkv``, ``out``, ``up``, ``down`` as ``{wt (out, in), b (out,)}``.
+    """
+
+    def t(p: Params) -> Params:
+        return {"wt": p["w"].T, **({"b": p["b"]} if "b" in p else {})}
+
+    out: Params = {k: params[k] for k in ("embed", "pos_embed", "final_norm") if k in params}
+    out["unembed"] = params["embed"] if cfg.tie_embeddings else params["lm_head"]["w"].T
+    out["layers"] = [
+        {
+            "attn_norm": lp["attn_norm"],
+            "mlp_norm": lp["mlp_norm"],
+            **{name: t(lp[name]) for name in ("qkv", "out", "up", "down")},
+        }
+        for lp in params["layers"]
+    ]
+    return out
+
+
+def _linear_t(p: Params, x: jax.Array) -> jax.Array:
+    """Feature-major linear layer: x (in, B) -> (out, B) with p = {wt (out, in), b (out,)}."""
+    y = p["wt"] @ x
+    return y + p["b"][:, None] if "b" in p else y
+
+
+def _mlp_t(p: Params, x: jax.Array, cfg: ModelConfig) -> jax.Array:
+    """Feature-major MLP: (D, B) -> (D, B)."""
+    h = _linear_t(p["up"], x)  # (F, B) or (2F, B)
+    if cfg.family == "gpt2":
+        h = jax.nn.gelu(h, approximate=cfg.activation == "gelu_tanh")
+    else:
+        gate, up = jnp.split(h, 2, axis=0)
+        h = jax.nn.silu(gate) * up
+    return _linear_t(p["down"], h)
+
+
+def _split_qkv_t(h: jax.Array, cfg: ModelConfig) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """((H+2KV) Dh, B) -> q (B, KV, G, 1, Dh), k (B, KV, 1, Dh), v (B, KV, 1, Dh), as :func:`_split_qkv` for T=1."""
+    B = h.shape[1]
+    H, KV, Dh = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    q, k, v = jnp.split(h, [H * Dh, (H + KV) * Dh], axis=0)
+    q = q.reshape(KV, H // KV, Dh, B).transpose(3, 0, 1, 2)[:, :, :, None]
+    k = k.reshape(KV, Dh, B).transpose(2, 0, 1)[:, :, None]
+    v = v.reshape(KV, Dh, B).transpose(2, 0, 1)[:, :, None]
+    return q, k, v
+
+
 def decode_step(
-    params: Params,
+    dparams: Params,
     cfg: ModelConfig,
     cache: KVCache,
     token: jax.Array,
@@ -242,26 +312,31 @@ def decode_step(
 ) -> tuple[jax.Array, KVCache]:
     """One new token per row through the network, reading and extending the KV cache.
 
-    token (B,) int32, pos (B,) int32 its position, slot () int32 the cache slot to write (or (B,) int32, one per
-    row), valid (B, S) bool the slots this token may attend to (it must include ``slot``). Returns logits (B, V)
-    float32 and the new cache.
+    ``dparams`` is :func:`decode_weights` of the parameters. token (B,) int32, pos (B,) int32 its position, slot ()
+    int32 the cache slot to write (or (B,) int32, one per row), valid (B, S) bool the slots this token may attend to
+    (it must include ``slot``). Returns the logits transposed, (V, B) float32, and the new cache.
+
+    The residual stream is feature-major, (D, B), so that every matmul is ``weight (out, in) @ activations (in, B)``
+    (see :func:`decode_weights`); only the small per-head tensors of attention are transposed to (B, ...).
     """
     B = token.shape[0]
     rows = jnp.arange(B)
-    x = _embed(params, cfg, token[:, None], pos[:, None])  # (B, 1, D)
+    x = _embed(dparams, cfg, token[:, None], pos[:, None])[:, 0].T  # (D, B)
     allowed = valid[:, None, None, None, :]  # (B, 1, 1, 1, S)
     new_cache = []
-    for lp, (ck, cv) in zip(params["layers"], cache, strict=True):
-        q, k, v = _split_qkv(_linear(lp["qkv"], _norm(lp["attn_norm"], x, cfg)), cfg)  # q (B,KV,G,1,Dh)
+    for lp, (ck, cv) in zip(dparams["layers"], cache, strict=True):
+        h = _linear_t(lp["qkv"], _norm(lp["attn_norm"], x, cfg, axis=0))  # ((H+2KV) Dh, B)
+        q, k, v = _split_qkv_t(h, cfg)  # q (B, KV, G, 1, Dh), k/v (B, KV, 1, Dh)
         if cfg.family == "llama":
             q, k = _rope(q, pos[:, None], cfg), _rope(k, pos[:, None], cfg)
         if jnp.ndim(slot) == 0:
             ck = jax.lax.dynamic_update_slice(ck, k.astype(ck.dtype), (0, 0, slot, 0))  # (B, KV, S, Dh)
             cv = jax.lax.dynamic_update_slice(cv, v.astype(cv.dtype), (0, 0, slot, 0))
-        else:  # k, v (B, KV, 1, Dh) -> row b's column slot[b]
+        else:  # row b's column slot[b]
             ck = ck.at[rows, :, slot].set(k[:, :, 0].astype(ck.dtype))
             cv = cv.at[rows, :, slot].set(v[:, :, 0].astype(cv.dtype))
-        x = x + _linear(lp["out"], _attend(q, ck, cv, allowed, cfg))
-        x = x + _mlp(lp, _norm(lp["mlp_norm"], x, cfg), cfg)
+        x = x + _linear_t(lp["out"], _attend(q, ck, cv, allowed, cfg)[:, 0].T)  # (D, B)
+        x = x + _mlp_t(lp, _norm(lp["mlp_norm"], x, cfg, axis=0), cfg)
         new_cache.append((ck, cv))
-    return unembed(params, cfg, x.reshape(B, -1)), tuple(new_cache)
+    h = _norm(dparams["final_norm"], x, cfg, axis=0)
+    return (dparams["unembed"] @ h).astype(jnp.float32), tuple(new_cache)  # (V, B)

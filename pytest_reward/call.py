@@ -148,6 +148,8 @@ class _Runner:
         self.stopped = False
 
     def tick(self) -> None:
+        if self.stopped:  # abandoned: the item's next call (another of its --reward-runs) is not made
+            raise RewardTimeout("abandoned")
         self.started = time.monotonic()
 
     def run(self) -> None:
@@ -193,9 +195,9 @@ def each_within(
 ) -> list[tuple[bool, Any]]:
     """``fn(item, tick)`` for every item, in order, each call of a reward function within ``seconds``: ``fn``
     calls ``tick()`` as each call begins, and a call still running ``seconds`` later is abandoned, like
-    :func:`call_within`'s: its item gets ``(False, RewardTimeout)``, its daemon thread goes on until the process ends
-    (the result dropped) and the items after it go on in a fresh thread. ``(True, value)`` or ``(False,
-    exception)`` per item.
+    :func:`call_within`'s: its item gets ``(False, RewardTimeout)``, its daemon thread goes on until the call
+    returns or the process ends (the result dropped; ``tick()`` raises there, so the item makes no further call) and
+    the items after it go on in a fresh thread. ``(True, value)`` or ``(False, exception)`` per item.
 
     One thread and one watchdog (the caller, waiting) per batch of items instead of a thread per call: the watchdog
     wakes only when a call's deadline passes. ``seconds`` None: no limit, the items run in the calling thread."""

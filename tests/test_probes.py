@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -144,14 +145,17 @@ def test_probes_score_through_the_same_path_runs_and_timeouts(project):
     project.file(
         "rewards.py",
         """
+        import os
         import time
         import pytest
         from pytest_reward import reward_function, EvaluateResult
 
+        CALLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "calls.txt")
+
         @pytest.mark.reward(timeout=0.2, probes=["empty"])
         @reward_function
         def slow_on_empty(messages, **kwargs):
-            with open("calls.txt", "a") as fh:
+            with open(CALLS, "a") as fh:
                 fh.write(repr(messages[-1]["content"]) + "\\n")
             if not messages[-1]["content"].strip():
                 time.sleep(1)
@@ -162,6 +166,7 @@ def test_probes_score_through_the_same_path_runs_and_timeouts(project):
     result = project.run("--reward-samples", "s.jsonl", "--reward-runs", "3")
     result.stdout.fnmatch_lines(["*raised on the mutated response: *timed out after 0.2s*"])
     assert result.ret == 1
+    time.sleep(1.5)  # the abandoned calls return: they make no further call (their sample's other runs)
     calls = (project.path / "calls.txt").read_text().splitlines()
     # 2 samples × 3 runs for the sample items (the probe compares with their scores, not scored again), and the
     # probe's: each mutated (blank) response times out on its first run, which ends its sample

@@ -169,6 +169,27 @@ def test_each_within_runs_a_batch_in_one_thread_and_abandons_only_the_hung_call(
     assert len(set(threads[4:])) == 1 and threads[4] != threads[3]  # a fresh one after it
 
 
+def test_an_abandoned_item_makes_no_further_call():
+    calls: list[str] = []
+    release = threading.Event()
+
+    def runs(item, tick):  # three calls per item, as --reward-runs 3 makes
+        for run in range(3):
+            tick()
+            calls.append(f"{item}.{run}")
+            if item == 0:
+                release.wait(10)
+        return item
+
+    try:
+        out = each_within(0.2, runs, [0, 1])
+    finally:
+        release.set()
+    time.sleep(0.1)  # the hung call has returned: its item's second call must not follow
+    assert [ok for ok, _ in out] == [False, True]
+    assert calls == ["0.0", "1.0", "1.1", "1.2"]
+
+
 def test_each_within_without_a_limit_runs_in_the_calling_thread():
     here = threading.get_ident()
     out = each_within(None, lambda item, tick: (item, threading.get_ident()), [1, 2])

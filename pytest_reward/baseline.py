@@ -24,6 +24,13 @@ A drop equal to the tolerance passes (compared with a relative epsilon, so ``1.0
 With ``--reward-compare-strict`` the ``mean`` and ``pass_rate`` rules fail only when the interval of the delta at
 ``--reward-compare-confidence`` (default 99 %, so identical reruns fail at most about 0.5 % of the time whatever
 the tolerance) also lies below zero.
+
+Stored runs also keep each reward-hacking probe's verdict and counts (function × samples file × probe). A
+comparison lists every probe with its verdict before and after (:func:`compare_probes`); a probe that passed in the
+stored run and fails now (``FAIL`` or ``ERROR``) is a **regression**, which fails the comparison with no rule
+needed (a probe's verdict is already pass or fail: :func:`probe_regressions`); one that failed and passes now is an
+improvement; a probe on one side only (a stored run without probes, a probe added, removed or deselected) is shown,
+never a failure.
 """
 
 from __future__ import annotations
@@ -48,15 +55,18 @@ __all__ = [
     "VERSION",
     "BaselineError",
     "Comparison",
+    "ProbeChange",
     "Rule",
     "SampleDelta",
     "SampleRef",
     "Storage",
+    "compare_probes",
     "compare_runs",
     "evaluate_rules",
     "exceeds",
     "migrate",
     "parse_rules",
+    "probe_regressions",
     "run_record",
 ]
 
@@ -543,6 +553,121 @@ def compare_runs(
                 )
             )
     out.sort(key=lambda c: (c.function, c.file))
+    return out
+
+
+# --- probes ---------------------------------------------------------------------------------------------
+
+#: Verdicts of a probe that fail it (``ERROR``: its item ended without a verdict).
+_PROBE_FAILS = ("FAIL", "ERROR")
+
+
+@dataclass
+class ProbeChange:
+    """One reward-hacking probe (function × samples file × probe), this run vs a stored run."""
+
+    function: str
+    file: str
+    probe: str
+    baseline: str
+    before: str | None = None
+    """The probe's verdict in the stored run (None: not there)."""
+    after: str | None = None
+    """Its verdict now (None: not in this run)."""
+    rule_before: str | None = None
+    rule_after: str | None = None
+    broken_before: int | None = None
+    checked_before: int | None = None
+    broken_after: int | None = None
+    checked_after: int | None = None
+
+    @property
+    def status(self) -> str:
+        """``regressed`` (passed, fails now), ``improved`` (failed, passes now), ``new`` (not in the stored run),
+        ``absent`` (not in this run), ``changed`` (another change of verdict: a probe that applied to no sample,
+        an ``info`` probe) or ``unchanged``."""
+        if self.before is None:
+            return "new"
+        if self.after is None:
+            return "absent"
+        if self.before == "PASS" and self.after in _PROBE_FAILS:
+            return "regressed"
+        if self.before in _PROBE_FAILS and self.after == "PASS":
+            return "improved"
+        return "unchanged" if self.before == self.after else "changed"
+
+    def counts(self, side: str) -> str:
+        """``3 of 5 broke`` (``side``: ``before`` or ``after``), or the verdict alone when it has no counts."""
+        verdict, broken, checked = (
+            (self.before, self.broken_before, self.checked_before)
+            if side == "before"
+            else (self.after, self.broken_after, self.checked_after)
+        )
+        if verdict is None:
+            return "–"
+        if verdict in ("PASS", "FAIL") and broken is not None and checked is not None:
+            return f"{verdict} ({broken} of {checked} broke)"
+        return verdict
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["status"] = self.status
+        return out
+
+
+def _probe_entries(record: Mapping[str, Any]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    entries = record.get("probes")
+    if not isinstance(entries, list):
+        return {}
+    return {
+        (str(e["function"]), str(e["file"]), str(e["probe"])): e
+        for e in entries
+        if isinstance(e, dict) and {"function", "file", "probe"} <= e.keys()
+    }
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def compare_probes(current: Mapping[str, Any], baseline: Mapping[str, Any]) -> list[ProbeChange]:
+    """Every probe of either run record, by function, file and probe: its verdict and counts on both sides."""
+    name = str(baseline.get("name", "baseline"))
+    now, then = _probe_entries(current), _probe_entries(baseline)
+    out = []
+    for key in sorted(now.keys() | then.keys()):
+        a, b = now.get(key), then.get(key)
+        out.append(
+            ProbeChange(
+                *key,
+                name,
+                before=b.get("verdict") if b else None,
+                after=a.get("verdict") if a else None,
+                rule_before=b.get("rule") if b else None,
+                rule_after=a.get("rule") if a else None,
+                broken_before=_count(b.get("broken")) if b else None,
+                checked_before=_count(b.get("checked")) if b else None,
+                broken_after=_count(a.get("broken")) if a else None,
+                checked_after=_count(a.get("checked")) if a else None,
+            )
+        )
+    return out
+
+
+def probe_regressions(changes: Iterable[ProbeChange]) -> list[str]:
+    """One failure line per probe that passed in the stored run and fails now (worded as the compare rules' are:
+    ``function on file: ...``)."""
+    out = []
+    for c in changes:
+        if c.status != "regressed":
+            continue
+        rule = f' (rule "{c.rule_after}")'
+        if c.rule_before and c.rule_before != c.rule_after:
+            rule = f' (rule "{c.rule_before}" then, "{c.rule_after}" now)'
+        out.append(
+            f"{c.function} on {c.file}: probe {c.probe} regressed vs {c.baseline}: {c.counts('before')} → "
+            f"{c.counts('after')}{rule}"
+        )
     return out
 
 

@@ -25,7 +25,8 @@ def _compare_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Name
         action="append",
         default=[],
         metavar="RULES",
-        help="fail (exit 1) when a drop exceeds a tolerance: mean:0.02,pass_rate:0.05,sample:0.3",
+        help="fail (exit 1) when a drop exceeds a tolerance: mean:0.02,pass_rate:0.05,sample:0.3 (a probe that "
+        "passed in BASELINE and fails in CURRENT fails it without a rule)",
     )
     parser.add_argument(
         "--strict", action="store_true", help="mean/pass_rate rules need the interval below zero too"
@@ -40,9 +41,16 @@ def _compare_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Name
         import shutil
         from pathlib import Path
 
-        from .baseline import Storage, compare_runs, evaluate_rules, parse_rules
+        from .baseline import (
+            Storage,
+            compare_probes,
+            compare_runs,
+            evaluate_rules,
+            parse_rules,
+            probe_regressions,
+        )
         from .errors import UsageError
-        from .report.terminal import render_comparison
+        from .report.terminal import render_comparison, render_probe_changes
 
         storage = Storage(Path(args.storage))
         try:
@@ -59,7 +67,13 @@ def _compare_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Name
         width = shutil.get_terminal_size((120, 24)).columns
         print(f"{cur_path.stem} vs {base_path.stem}")
         print(render_comparison(comparisons, base_path.stem, markup=markup, width=width), end="")
+        probe_changes = compare_probes(cur, base)
+        if probe_changes:
+            print(render_probe_changes(probe_changes, markup=markup, width=width), end="")
         failures = evaluate_rules(comparisons, rules, strict=args.strict)
+        failures += probe_regressions(
+            probe_changes
+        )  # a probe that passed there and fails now: no rule needed
         for line in failures:
             print(f"FAIL {line}")
         return 1 if failures else 0

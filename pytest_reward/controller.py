@@ -61,7 +61,7 @@ class RunController:
         groups = self.aggregator.groups()
         probes = self.aggregator.probes()
         record = run_record(groups, meta) if settings.needs_record else {}
-        if record and probes:  # the probes' verdicts and counts (comparisons read only the groups)
+        if record and probes:  # the probes' verdicts and counts (a comparison lists them: compare_probes)
             record["probes"] = [p.record_entry() for p in probes]
         result = RunResult(
             settings=settings,
@@ -79,7 +79,7 @@ class RunController:
         return result
 
     def _compared(self, result: RunResult) -> RunResult:
-        from .baseline import compare_runs, evaluate_rules, parse_rules
+        from .baseline import compare_probes, compare_runs, evaluate_rules, parse_rules, probe_regressions
 
         assert self.baseline is not None
         path, base = self.baseline
@@ -95,11 +95,14 @@ class RunController:
         failures = evaluate_rules(
             comparisons, parse_rules(settings.compare_fail), strict=settings.compare_strict
         )
+        probe_changes = compare_probes(result.record, base)
+        failures += probe_regressions(probe_changes)  # a probe that passed there and fails now
         return replace(
             result,
             groups=tuple(replace(g, comparison=by_key.get((g.function, g.file))) for g in result.groups),
             comparisons=tuple(comparisons),
             compare_failures=tuple(failures),
+            probe_changes=tuple(probe_changes),
             baseline=path,
             baseline_meta={k: base.get(k) for k in ("name", "generated_at", "commit") if k in base},
         )

@@ -18,7 +18,7 @@ from typing import IO, TYPE_CHECKING, Any
 from .results import SampleOutcome, Summary, row_json
 
 if TYPE_CHECKING:
-    from .baseline import Comparison
+    from .baseline import Comparison, ProbeChange
     from .discovery import RewardFn
     from .options import Settings
     from .results import GateResult
@@ -332,7 +332,8 @@ class RunResult:
     """The usable reward functions of the session (what a deploy may ship)."""
     comparisons: tuple[Comparison, ...] = ()
     compare_failures: tuple[str, ...] = ()
-    """One line per failed ``--reward-compare-fail`` rule."""
+    """One line per failed ``--reward-compare-fail`` rule, and one per probe that passed in the stored run and
+    fails now."""
     baseline: Path | None = None
     """The stored run compared against (``--reward-compare``)."""
     baseline_meta: Mapping[str, Any] = field(default_factory=dict)
@@ -344,6 +345,9 @@ class RunResult:
     """The stored run (:func:`pytest_reward.baseline.run_record`): built only when the run is stored or compared."""
     probes: tuple[ProbeResult, ...] = ()
     """The reward-hacking probes that ran (``@pytest.mark.reward(probes=...)``), by function, file and probe."""
+    probe_changes: tuple[ProbeChange, ...] = ()
+    """Every probe of this run or of the stored run compared against, with its verdict on both sides (a probe
+    that passed there and fails now is one of :attr:`compare_failures`)."""
 
     @property
     def failed_gates(self) -> list[tuple[GroupResult, GateResult]]:

@@ -57,6 +57,7 @@ def report_data(result: RunResult, exitstatus: int = 0) -> dict[str, Any]:
             "strict": settings.compare_strict,
             "failures": list(result.compare_failures),
             "warnings": [f"{c.function} on {c.file}: {w}" for c in result.comparisons for w in c.warnings],
+            "probes": [c.to_dict() for c in result.probe_changes],
             "pairing": "by id, else by what was asked: the conversation without its final assistant turn, the "
             "ground truth and the other input fields (#2, #3 … on exact duplicates)",
         }

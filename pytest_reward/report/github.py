@@ -86,6 +86,19 @@ def markdown_summary(result: RunResult, exitstatus: int = 0) -> str:
             d = c.mean_delta
             delta = "–" if d is None else f"{d['estimate']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]"
             lines.append(f"{head} {changed} | {mean} | {delta} |")
+        changed = [c for c in result.probe_changes if c.status != "unchanged"]
+        if changed:
+            lines += [
+                "",
+                "| function | samples | probe | before | now | change |",
+                "| --- | --- | --- | --- | --- | --- |",
+            ]
+            for c in changed:
+                mark = {"regressed": "❌ ", "improved": "✅ "}.get(c.status, "")
+                lines.append(
+                    f"| `{_cell(c.function)}` | `{_cell(c.file)}` | `{_cell(c.probe)}` | {c.counts('before')} | "
+                    f"{c.counts('after')} | {mark}{c.status} |"
+                )
         warnings = [f"{c.function} on {c.file}: {w}" for c in result.comparisons for w in c.warnings]
         if warnings:
             lines += ["", "**Warnings**", ""]

@@ -392,7 +392,45 @@ def _run_comparison(cmp: Any) -> str:
         out.append(
             '<ul class="warnings">' + "".join(f"<li>WARNING {_esc(w)}</li>" for w in warnings) + "</ul>"
         )
+    out.append(_probe_changes([c for c in _list(cmp.get("probes")) if isinstance(c, dict)]))
     return "".join(out)
+
+
+def _probe_changes(changes: list[dict[str, Any]]) -> str:
+    """The probes compared with the stored run: a row per probe whose verdict changed."""
+    shown = [c for c in changes if c.get("status") != "unchanged"]
+    if not changes:
+        return ""
+    same = len(changes) - len(shown)
+    out = []
+    if shown:
+        rows = []
+        for c in shown:
+            status = str(c.get("status"))
+            rows.append(
+                f'<tr class="probe-change-row" data-status="{_esc(status)}"><td>{_esc(c.get("function"))}</td>'
+                f"<td>{_esc(c.get('file'))}</td><td>{_esc(c.get('probe'))}</td>"
+                f"<td>{_esc(_probe_side(c, 'before'))}</td><td>{_esc(_probe_side(c, 'after'))}</td>"
+                f"<td>{_esc(status)}</td></tr>"
+            )
+        out.append(
+            "<h4>Probes vs the stored run</h4><table><thead><tr><th>function</th><th>samples</th><th>probe</th>"
+            "<th>before</th><th>now</th><th>change</th></tr></thead><tbody>"
+            + "".join(rows)
+            + "</tbody></table>"
+        )
+    if same:
+        out.append(f'<p class="muted">{same} probe(s) with the same verdict as in the stored run</p>')
+    return "".join(out)
+
+
+def _probe_side(c: dict[str, Any], side: str) -> str:
+    verdict, broken, checked = c.get(side), c.get(f"broken_{side}"), c.get(f"checked_{side}")
+    if verdict is None:
+        return "–"
+    if verdict in ("PASS", "FAIL") and isinstance(broken, int) and isinstance(checked, int):
+        return f"{verdict} ({broken} of {checked} broke)"
+    return str(verdict)
 
 
 def _aggregates(s: dict[str, Any]) -> str:

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from ..outputs import Written
     from ..run import GroupResult, ProbeResult, RunResult
 
-__all__ = ["render_probes", "render_table", "write_summary"]
+__all__ = ["render_probe_changes", "render_probes", "render_table", "write_summary"]
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
@@ -142,6 +142,8 @@ def write_summary(tr: Any, result: RunResult, written: Written, *, dist: str = "
                 result.comparisons, result.comparisons[0].baseline, markup=markup, width=_terminal_width()
             )
         )
+    if result.probe_changes and verbosity >= -1:
+        tr.write(render_probe_changes(result.probe_changes, markup=markup, width=_terminal_width()))
     for r in reports:
         for reason in r.errors[:3]:
             tr.write_line(
@@ -390,6 +392,39 @@ def render_comparison(comparisons: list[Any], baseline: str, *, markup: bool, wi
                     for e in items[:3]
                 )
                 console.print(f"  {where} {label}: {entries}", markup=False, soft_wrap=True)
+    return console.file.getvalue()  # type: ignore[no-any-return]
+
+
+def render_probe_changes(changes: Sequence[Any], *, markup: bool, width: int) -> str:
+    """The probes compared with a stored run: one row per function × file × probe whose verdict changed (a
+    regression, an improvement, a probe on one side only), then how many kept their verdict."""
+    from rich import box
+    from rich.table import Table
+
+    console = _console(markup, width)
+    shown = [c for c in changes if c.status != "unchanged"]
+    same = len(changes) - len(shown)
+    if shown:
+        table = Table(
+            title=f"probes compared with stored run {changes[0].baseline}",
+            title_justify="left",
+            box=box.SIMPLE_HEAD if markup else box.ASCII2,
+            show_edge=False,
+        )
+        for name in ("function", "samples", "probe"):
+            table.add_column(name, overflow="fold")
+        table.add_column("before", no_wrap=True)
+        table.add_column("now", no_wrap=True)
+        table.add_column("change", no_wrap=True)
+        for c in shown:
+            style = {"regressed": "red", "improved": "green"}.get(c.status, "")
+            status = f"[{style}]{c.status}[/]" if style else c.status
+            table.add_row(c.function, c.file, c.probe, c.counts("before"), c.counts("after"), status)
+        console.print(table)
+    if same:
+        console.print(
+            f"probes: {same} with the same verdict as in stored run {changes[0].baseline}", markup=False
+        )
     return console.file.getvalue()  # type: ignore[no-any-return]
 
 

@@ -10,8 +10,9 @@ Two rollout programs compute the same tokens. :func:`rollout` decodes a static b
 slot taking the next prompt, so a batch no longer waits for its longest row.
 
 Sampling is reproducible per row: row ``r`` with ids ``(prompt_index, sample_index)`` draws token ``t`` with
-``fold_in(fold_in(fold_in(PRNGKey(seed), prompt_index), sample_index), t)``. A prompt's samples therefore do not
-depend on the batch it lands in, on its neighbours or on the number of devices.
+``fold_in(fold_in(fold_in(PRNGKey(seed), prompt_index), sample_index), t)`` (one uniform number per token:
+:func:`sample_categorical`). A prompt's samples therefore do not depend on the batch it lands in, on its neighbours
+or on the number of devices.
 """
 
 from __future__ import annotations
@@ -84,7 +85,32 @@ def choose_tokens(
         threshold = jnp.take_along_axis(srt, last, axis=-1)  # (B, 1)
         x = jnp.where(x >= threshold, x, -jnp.inf)
     step_keys = jax.vmap(jax.random.fold_in)(keys, jnp.broadcast_to(step, keys.shape[:1]))
-    return jax.vmap(jax.random.categorical)(step_keys, x).astype(jnp.int32)
+    return sample_categorical(step_keys, x)
+
+
+def sample_categorical(keys: jax.Array, logits: jax.Array, block: int = 256) -> jax.Array:
+    """One draw per row from ``softmax(logits)``: keys (B, 2), logits (B, V) float32 (``-inf`` = excluded) ->
+    (B,) int32.
+
+    Inverse transform sampling with one uniform number per row: ``t = u * total`` with u in (0, 1] picks the token
+    whose cumulative (unnormalised) probability first reaches ``t``, so token i is drawn with probability
+    ``p_i / total`` and a token of probability 0 never is. The cumulative sum runs in two levels, over blocks of
+    ``block`` ids and then inside the chosen block. ``jax.random.categorical`` draws V Gumbel numbers per row
+    instead: for GPT-2's 50257 ids at batch 32 that is 19 ms per token on a 2-core CPU, against 1.2 ms here.
+    """
+    B, V = logits.shape
+    nb = -(-V // block)
+    u = 1.0 - jax.vmap(lambda k: jax.random.uniform(k, (), jnp.float32))(keys)  # (B,) in (0, 1]
+    p = jnp.exp(logits - jnp.max(logits, axis=-1, keepdims=True))  # (B, V), the largest is 1
+    p = jnp.pad(p, ((0, 0), (0, nb * block - V))).reshape(B, nb, block)
+    ends = jnp.cumsum(jnp.sum(p, axis=-1), axis=-1)  # (B, nb): the cumulative mass at each block's end
+    t = u * ends[:, -1]
+    blk = jnp.minimum(jnp.sum(ends < t[:, None], axis=-1), nb - 1)  # the first block whose end reaches t
+    start = jnp.where(blk > 0, jnp.take_along_axis(ends, jnp.maximum(blk - 1, 0)[:, None], axis=1)[:, 0], 0.0)
+    inside = jnp.cumsum(jnp.take_along_axis(p, blk[:, None, None], axis=1)[:, 0], axis=-1)  # (B, block)
+    # t - start in (0, the block's mass], whatever the rounding of the two sums: never a token of mass 0
+    rest = jnp.clip(t - start, jnp.finfo(jnp.float32).tiny, inside[:, -1])
+    return (blk * block + jnp.sum(inside < rest[:, None], axis=-1)).astype(jnp.int32)
 
 
 def choose_next(

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import collections
 import io
+import itertools
 import json
 import math
 import os
@@ -71,6 +72,7 @@ PACK_SUFFIXES = (".pt",)
 """slime's debug rollout data (``--save-debug-rollout-data``): a ``torch.save`` of ``{"rollout_id", "samples"}``."""
 SUFFIXES = (".jsonl", *DATASET_SUFFIXES, *PACK_SUFFIXES)
 _BATCH_ROWS = 4096
+_SLICE_ROWS = 256
 _TARGETS_NEVER_FORWARDED = ("messages", "prompt")
 
 #: Presets, tried in order: (name, the columns that select it, the mapping).
@@ -155,22 +157,37 @@ def read_samples(
     forwarded = [c for c in columns if c not in consumed and c not in _TARGETS_NEVER_FORWARDED]
     forwarded = [c for c in forwarded if c not in mapping]
     row = 0
+    plans: dict[Any, _Plan | None] = {}
     for batch in batches:
-        for values in batch.to_pylist():
-            row += 1
-            try:
-                sample = parse_record(_record(values, mapping, forwarded), path, row)
-            except SampleFormatError as exc:
-                yield SampleError(path, row, str(exc), unit="row")
-                continue
-            sample.unit = "row"
-            try:
-                yield keyed(sample)
-            except (
-                TypeError,
-                ValueError,
-            ) as exc:  # a value JSON cannot hold (a timestamp, bytes) in a keyed run
-                yield SampleError(path, row, f"a value is not JSON-compatible: {exc}", unit="row")
+        schema = batch.schema
+        plan = (
+            plans[schema] if schema in plans else plans.setdefault(schema, _plan(schema, mapping, forwarded))
+        )
+        if plan is None:
+            for values in batch.to_pylist():
+                row += 1
+                yield _row_sample(values, mapping, forwarded, path, row, keyed)
+        else:
+            # a few hundred rows' values at a time: fewer of them outlive the young garbage collections
+            for start in range(0, batch.num_rows, _SLICE_ROWS):
+                piece = batch.slice(start, _SLICE_ROWS)
+                yield from plan.samples(piece, path, row, keyed)
+                row += piece.num_rows
+
+
+def _row_sample(
+    values: dict[str, Any], mapping: dict[str, str], forwarded: list[str], path: Path, row: int, keyed: Any
+) -> Sample | SampleError:
+    """One row (a dict of its columns) as a sample, or the ``SampleError`` naming it."""
+    try:
+        sample = parse_record(_record(values, mapping, forwarded), path, row)
+    except SampleFormatError as exc:
+        return SampleError(path, row, str(exc), unit="row")
+    sample.unit = "row"
+    try:
+        return keyed(sample)  # type: ignore[no-any-return]
+    except (TypeError, ValueError) as exc:  # a value JSON cannot hold (a timestamp, bytes) in a keyed run
+        return SampleError(path, row, f"a value is not JSON-compatible: {exc}", unit="row")
 
 
 def count_samples(path: str | os.PathLike[str], *, limit: int | None = None) -> int:
@@ -361,6 +378,114 @@ def _record(row: dict[str, Any], mapping: dict[str, str], forwarded: list[str]) 
         else:
             record["messages"] = conversation(prompt, response)
     return record
+
+
+# --- batches → samples, column by column ---------------------------------------------------------------------
+
+#: Names a record may hold that :func:`samples.parse_record` reads specially: a batch whose mapping or forwarded
+#: columns include one of them is read row by row.
+_ROW_BY_ROW = frozenset(("messages", "id", "expect", "ground_truth_for_eval", "input", "output"))
+
+
+class _Plan:
+    """How the batches of one schema become samples without a dict per row: each mapped path read as one column
+    (``reward_model.ground_truth`` as the struct's child array, resolved once per batch), the usual row (a prompt
+    of plain ``{role, content}`` messages, a response that is text) validated once and built directly, as
+    :func:`_row_sample` would build it. Any other row (a null struct on a path, a message that is not the usual
+    one, a response that may be JSON messages) goes through :func:`_row_sample`, so its sample or its error is
+    exactly the row path's."""
+
+    __slots__ = ("forwarded", "mapping", "names", "paths", "truth")
+
+    def __init__(self, mapping: dict[str, str], forwarded: list[str], paths: dict[str, list[str]]) -> None:
+        self.mapping = mapping
+        self.forwarded = forwarded
+        self.paths = paths
+        self.truth = "ground_truth" in mapping
+        #: The keyword arguments in the order the row path gives them: forwarded columns, then keyword targets.
+        self.names = [*forwarded, *(t for t in mapping if t not in ("prompt", "response", "ground_truth"))]
+
+    def samples(self, batch: Any, path: Path, start: int, keyed: Any) -> Iterator[Sample | SampleError]:
+        columns = {c: batch.column(c).to_pylist() for c in self.forwarded}
+        odd: set[int] = set()  # rows read as rows: a struct on a mapped path is null there
+        for target, parts in self.paths.items():
+            array = batch.column(parts[0])
+            for part in parts[1:]:
+                if array.null_count:
+                    odd.update(i for i, null in enumerate(array.is_null().to_pylist()) if null)
+                array = array.field(part)
+            columns[target] = array.to_pylist()
+        n = batch.num_rows
+        names = self.names
+        rows = zip(*(columns[c] for c in names), strict=True) if names else itertools.repeat((), n)
+        responses = columns.get("response") or itertools.repeat(None, n)
+        truths = columns["ground_truth"] if self.truth else itertools.repeat(None, n)
+        roles: set[str] = set()  # roles already checked (non-empty, not blank)
+        mapping, forwarded, truth = self.mapping, self.forwarded, self.truth
+        for i, prompt, response, ground_truth, values in zip(
+            range(n), columns["prompt"], responses, truths, rows, strict=True
+        ):
+            usual = prompt.__class__ is list and bool(prompt) and i not in odd
+            if usual:
+                for m in prompt:  # fresh dicts from pyarrow: the sample owns them
+                    if m.__class__ is not dict or len(m) != 2:
+                        usual = False
+                        break
+                    role, content = m.get("role"), m.get("content")
+                    if role.__class__ is not str or content.__class__ is not str:
+                        usual = False
+                        break
+                    if role not in roles:
+                        if not role or role.isspace():
+                            usual = False
+                            break
+                        roles.add(role)
+            if usual and response is not None:
+                if response.__class__ is not str or response.lstrip()[:1] == "[":  # maybe JSON messages
+                    usual = False
+                else:
+                    prompt.append({"role": "assistant", "content": response})
+            row = start + i + 1
+            if not usual:
+                yield _row_sample(batch.slice(i, 1).to_pylist()[0], mapping, forwarded, path, row, keyed)
+                continue
+            kwargs = dict(zip(names, values, strict=True))
+            record = kwargs.copy()
+            record["messages"] = prompt
+            if truth:
+                record["ground_truth"] = ground_truth
+                sample = Sample(path, row, None, prompt, None, ground_truth, None, kwargs, record)
+            else:  # the sample has no ground truth (the field's default)
+                sample = Sample(path, row, None, prompt, None, kwargs=kwargs, record=record)
+            sample.unit = "row"
+            try:
+                yield keyed(sample)
+            except (TypeError, ValueError) as exc:  # a value JSON cannot hold, in a keyed run
+                yield SampleError(path, row, f"a value is not JSON-compatible: {exc}", unit="row")
+
+
+def _plan(schema: Any, mapping: dict[str, str], forwarded: list[str]) -> _Plan | None:
+    """The columnar plan for batches of ``schema``; None when they are read row by row: the mapping has no
+    ``prompt``, a name :func:`samples.parse_record` reads specially is involved, a column name repeats, or a mapped
+    path is not a chain of struct fields of the schema (each row then gets the row path's error)."""
+    names = schema.names
+    if "prompt" not in mapping or len(set(names)) != len(names):
+        return None
+    if any(t in _ROW_BY_ROW for t in mapping) or any(c in _ROW_BY_ROW for c in forwarded):
+        return None
+    pa = _pyarrow()
+    paths: dict[str, list[str]] = {}
+    for target, dotted in mapping.items():
+        parts = dotted.split(".")
+        if parts[0] not in names:
+            return None
+        kind = schema.field(parts[0]).type
+        for part in parts[1:]:
+            if not pa.types.is_struct(kind) or kind.get_field_index(part) < 0:
+                return None
+            kind = kind.field(part).type
+        paths[target] = parts
+    return _Plan(mapping, forwarded, paths)
 
 
 # --- slime's debug rollout data ------------------------------------------------------------------------------

@@ -10,6 +10,8 @@ list of ``{role, content}`` structs, ``ability``, ``reward_model`` struct with `
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 pa = pytest.importorskip("pyarrow")
@@ -300,3 +302,213 @@ def test_the_summary_counts_samples_that_differ_from_the_recorded_score(project)
     result = project.run("--reward-samples", "3.jsonl", "--reward-replay-tolerance", "1")
     result.stdout.fnmatch_lines(["REPLAY ends_with_truth on 3.jsonl: 0 of 3 samples differ*"])
     assert "REPLAY" not in project.run("--reward-samples", "3.jsonl").stdout.str()
+
+
+# --- the columnar read and the file-granularity scoring loop (issue 17, speed) ----------------------------------
+
+
+def _odd_rows() -> list[dict]:
+    """verl rows, 600 of them (more than one slice of the columnar read), with rows that are not the usual one."""
+    rows = _verl_rows([f"#### {i + 40}" for i in range(600)])
+    rows[0]["reward_model"] = None  # a null struct on the mapped path reward_model.ground_truth
+    rows[1]["prompt"] = [{"role": "  ", "content": "q"}]  # a blank role
+    rows[2]["prompt"] = [{"role": "user", "content": None}]  # a null content without tool calls
+    rows[3]["response"] = '[{"role": "assistant", "content": "#### 43"}]'  # a response given as JSON messages
+    rows[4]["response"] = " [not json] #### 44"  # looks like JSON, is text
+    rows[5]["prompt"] = []  # an empty prompt with a response: the conversation is the response alone
+    rows[6]["response"] = None  # prompt-only
+    rows[7]["prompt"] = None
+    rows[300]["reward_model"] = None  # in another slice
+    return rows
+
+
+def test_columnar_read_gives_each_row_what_the_row_path_gives(tmp_path):
+    pq.write_table(pa.Table.from_pylist(_odd_rows()), tmp_path / "odd.parquet", row_group_size=250)
+    out = list(read_samples(tmp_path / "odd.parquet", fields={"response": "response"}))
+    assert len(out) == 600
+    errors = {o.line: o.message for o in out if isinstance(o, SampleError)}
+    assert errors == {
+        1: "reward_model is null, so 'reward_model.ground_truth' is missing",
+        2: "messages[0].role must be a non-empty string, got '  '",
+        3: "messages[0].content is null but the message has no tool_calls",
+        8: "'prompt' must be a string or a list of messages, got null",
+        301: "reward_model is null, so 'reward_model.ground_truth' is missing",
+    }
+    by_row = {o.line: o for o in out if isinstance(o, Sample)}
+    assert by_row[4].messages == [
+        {"role": "user", "content": "What is 3 + 40? Answer after ####."},
+        {"role": "assistant", "content": "#### 43"},
+    ]
+    assert by_row[5].messages[-1] == {"role": "assistant", "content": " [not json] #### 44"}
+    assert by_row[6].messages == [{"role": "assistant", "content": "#### 45"}]
+    assert by_row[7].prompt_only and by_row[7].messages == [
+        {"role": "user", "content": "What is 6 + 40? Answer after ####."}
+    ]
+    usual = by_row[600]
+    assert (usual.location, usual.label, usual.unit) == ("odd.parquet:row 600", "row-600", "row")
+    assert usual.messages == [
+        {"role": "user", "content": "What is 599 + 40? Answer after ####."},
+        {"role": "assistant", "content": "#### 639"},
+    ]
+    assert usual.ground_truth == "639"
+    assert usual.kwargs == {
+        "data_source": "openai/gsm8k",
+        "ability": "math",
+        "extra_info": {"split": "test", "index": 599},
+    }
+    # every usual sample is the one its JSONL line would give
+    (tmp_path / "same.jsonl").write_text(
+        "".join(
+            json.dumps({"messages": s.messages, "ground_truth": s.ground_truth, **s.kwargs}) + "\n"
+            for s in by_row.values()
+        )
+    )
+    again = list(read_samples(tmp_path / "same.jsonl"))
+    assert [(s.messages, s.ground_truth, s.kwargs, s.key) for s in again] == [
+        (s.messages, s.ground_truth, s.kwargs, s.key) for s in by_row.values()
+    ]
+
+
+def test_messages_with_more_fields_and_paths_the_schema_lacks_are_read_row_by_row(tmp_path):
+    rows = _verl_rows(["#### 40", "#### 41"])
+    rows[0]["prompt"] = [
+        {"role": "system", "content": "be brief", "name": None},
+        {"role": "user", "content": "q", "name": "ann"},
+    ]
+    rows[1]["prompt"] = [{"role": "user", "content": "q2", "name": None}]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "named.parquet")
+    first, second = read_samples(tmp_path / "named.parquet", fields={"response": "response"})
+    # null fields of the struct are dropped, the others kept, as for every row
+    assert first.messages[:2] == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "q", "name": "ann"},
+    ]
+    assert second.messages == [{"role": "user", "content": "q2"}, {"role": "assistant", "content": "#### 41"}]
+    out = list(
+        read_samples(
+            tmp_path / "named.parquet", fields={"response": "response", "ground_truth": "reward_model.answer"}
+        )
+    )
+    assert [o.message for o in out] == [
+        "reward_model has no field 'answer' (needed for 'reward_model.answer')"
+    ] * 2
+
+
+def test_a_verl_reward_changing_its_inputs_fails_its_own_row_in_file_granularity(project):
+    project.file(
+        "my_reward.py",
+        """
+        def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+            if extra_info["index"] == 1:
+                extra_info["tags"].append("mine")
+            if extra_info["index"] == 2:
+                ground_truth.clear()
+            return 1.0
+        """,
+    )
+    rows = _verl_rows(["#### 40", "#### 41", "#### 42", "#### 43"])
+    for r in rows:
+        r["reward_model"]["ground_truth"] = [r["reward_model"]["ground_truth"]]
+        r["extra_info"]["tags"] = ["t"]
+    pq.write_table(pa.Table.from_pylist(rows), project.path / "test.parquet")
+    project.file("pytest.ini", "[pytest]\nreward_sample_fields = response=response\n")
+    args = ("--reward-samples", "test.parquet", "--reward-fn", "verl:my_reward.py::compute_score")
+    result = project.run(*args, "--reward-granularity", "file", "--reward-report", "out")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*2 of 4 samples failed*"])
+    lines = (project.path / "out" / "results.jsonl").read_text().splitlines()
+    errors = [json.loads(line)["error"] for line in lines]
+    assert errors[0] is None and errors[3] is None
+    assert "compute_score changed its input 'extra_info' in place" in errors[1]
+    assert "compute_score changed its input 'ground_truth' in place" in errors[2]
+
+
+def test_a_reward_changing_the_conversation_fails_and_the_report_shows_it_as_written(project):
+    project.file(
+        "rewards.py",
+        """
+        from pytest_reward import reward_function
+
+        @reward_function
+        def mutates(messages, ground_truth=None, **kwargs):
+            messages[-1]["content"] = "TAMPERED"
+            return {"score": 1.0}
+
+        @reward_function
+        def reads(messages, ground_truth=None, **kwargs):
+            return {"score": float(messages[-1]["content"].endswith(ground_truth))}
+        """,
+    )
+    pq.write_table(pa.Table.from_pylist(_verl_rows(["#### 40", "#### 41"])), project.path / "test.parquet")
+    project.file("pytest.ini", "[pytest]\nreward_sample_fields = response=response\n")
+    result = project.result("--reward-samples", "test.parquet", "--reward-granularity", "file")
+    by_fn = {g.function: g for g in result.groups}
+    assert by_fn["reads"].verdict == "PASS" and by_fn["reads"].summary.mean == 1.0
+    assert by_fn["mutates"].verdict == "FAIL"
+    shown = by_fn["mutates"].outcomes
+    assert shown and all("changed its input 'messages' in place" in o.error for o in shown)
+    assert sorted(o.response for o in shown) == ["#### 40", "#### 41"]
+
+
+ALL_KINDS = """
+    import math
+    from pytest_reward import EvaluateResult, reward_function
+
+    @reward_function
+    def kinds(messages, ground_truth=None, kind=None, **kwargs):
+        if kind == "raise":
+            raise ValueError("boom")
+        if kind == "none":
+            return None
+        if kind == "nan":
+            return {"score": math.nan}
+        if kind == "invalid":
+            return EvaluateResult(score=0.9, is_score_valid=False, reason="unsure")
+        if kind == "error":
+            return EvaluateResult(score=0.9, error="half done")
+        if kind == "low":
+            return {"score": 0.1, "reason": "low"}
+        if kind == "metrics":
+            return {"score": 0.8, "metrics": {"m": {"score": 0.5, "reason": "half"}}}
+        return EvaluateResult(score=1.0, reason="fine")
+"""
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_file_granularity_outcomes_are_those_of_the_threaded_path(project, fmt):
+    project.file("rewards.py", ALL_KINDS)
+    kinds = ["ok", "raise", "none", "nan", "invalid", "error", "low", "metrics", "ok"]
+    rows = [
+        {"prompt": [{"role": "user", "content": f"q{i}"}], "completion": f"a{i}", "kind": k}
+        for i, k in enumerate(kinds)
+    ]
+    if fmt == "jsonl":
+        lines = [
+            {"messages": [*r["prompt"], {"role": "assistant", "content": r["completion"]}], "kind": r["kind"]}
+            for r in rows
+        ]
+        lines.append({**lines[0], "expect": {"max": 0.5}})  # a golden expectation: the general path
+        project.jsonl("s.jsonl", lines)
+        samples = "s.jsonl"
+    else:
+        pq.write_table(pa.Table.from_pylist(rows), project.path / "s.parquet")
+        samples = "s.parquet"
+
+    def rows_of(*extra: str) -> list[dict]:
+        out = project.path / ("out" + "_".join(extra))
+        result = project.run("--reward-samples", samples, "--reward-granularity", "file", "--reward-threshold", "0.5",
+                    "--reward-report", str(out), *extra)  # fmt: skip
+        result.assert_outcomes(failed=1)
+        found = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+        for row in found:
+            row.pop("duration")
+        return found
+
+    one_by_one, threaded = rows_of(), rows_of("--reward-workers", "2")
+    assert one_by_one == threaded
+    verdicts = [r["verdict"] for r in one_by_one]
+    assert verdicts[:9] == ["pass", "fail", "fail", "fail", "fail", "fail", "fail", "pass", "pass"]
+    if fmt == "jsonl":
+        assert verdicts[9] == "fail" and one_by_one[9]["failures"] == ["expect score: expected ≤ 0.5, got 1"]
+    assert "ValueError: boom" in one_by_one[1]["error"]
+    assert "kinds returned None" in one_by_one[2]["error"]

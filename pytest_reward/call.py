@@ -290,10 +290,14 @@ def _finite(result: EvaluateResult) -> EvaluateResult:
 def private_copy(value: Any) -> Any:
     """A copy of the mutable parts of a JSON-like value: lists and dicts, recursively; everything else shared."""
     cls = value.__class__
+    if cls is dict:  # copied in C; only the values that are themselves lists or dicts copied again
+        out = value.copy()
+        for k, v in value.items():
+            if v.__class__ is dict or v.__class__ is list:
+                out[k] = private_copy(v)
+        return out
     if cls is list:
-        return [private_copy(v) for v in value]
-    if cls is dict:
-        return {k: private_copy(v) for k, v in value.items()}
+        return [private_copy(v) if v.__class__ is dict or v.__class__ is list else v for v in value]
     return value
 
 

@@ -117,13 +117,16 @@ class Invoker:
 
     def check_inputs(self, kwargs: dict[str, Any], sample: Sample) -> None:
         """Fail the sample when the function changed its inputs in place (its own copies: nothing else saw it)."""
-        messages = sample.messages
-        if (
-            kwargs["messages"] == (messages if messages is not None else [])
-            and not sample.kwargs
-            and kwargs.get("ground_truth").__class__ not in (list, dict)
-        ):
-            return  # the usual sample, unchanged (the full check below is for fields and structured truths)
+        messages, fields = sample.messages, sample.kwargs
+        if kwargs["messages"] == (messages if messages is not None else []) and kwargs.get(
+            "ground_truth"
+        ).__class__ not in (list, dict):
+            for key, value in fields.items():  # the fields a call could change: lists and dicts
+                cls = value.__class__
+                if (cls is list or cls is dict) and kwargs.get(key) != value:
+                    break
+            else:
+                return  # the usual sample, unchanged (the full check below names what changed)
         changed = self.reward.changed_inputs(
             kwargs,
             sample.messages,
@@ -354,6 +357,65 @@ class Invoker:
                 sample, None, error=describe_exception(exc), duration=time.perf_counter() - start
             )
         return self.outcome(sample, result, runs=runs, duration=time.perf_counter() - start)
+
+    def sample_scorer(self) -> Callable[[Sample], SampleOutcome]:
+        """:meth:`score_one` for a stream of samples scored one by one in this thread (file granularity, one
+        worker). The usual sample (one run, no timeout, a :attr:`Reward.plain` function, no metric gates, no golden
+        expectation or recorded score) is scored in one frame, as :meth:`score_one` would score it: the same
+        private copies of its inputs (:meth:`Reward.kwargs`), the same call, the same check that the call left
+        them unchanged (:meth:`check_inputs`), the same verdict (:func:`judge`) and outcome; the rest takes
+        :meth:`score_one`. Tests hold both to the same outcomes."""
+        reward, gates = self.reward, self.fn.gates
+        score_one = self.score_one
+        if self.runs != 1 or self.timeout is not None or not reward.plain or gates.metrics:
+            return score_one
+        fn, finish, name, kwargs_of = reward.fn, reward.finish, reward.name, reward.kwargs
+        check_inputs, outcome = self.check_inputs, self.outcome
+        function, file_label, replay = self.fn.name, self.file_label, self.replay_tolerance
+        clock = time.perf_counter
+
+        def one(sample: Sample) -> SampleOutcome:
+            if sample.expect is not None or (replay is not None and sample.recorded is not None):
+                return score_one(sample)
+            start = clock()
+            try:
+                kwargs = kwargs_of(
+                    sample.messages,
+                    sample.ground_truth if sample.has_ground_truth else MISSING,
+                    sample.kwargs,
+                )
+                try:
+                    result = fn(**kwargs)
+                except RewardReturnError as exc:
+                    raise invalid_return(name, exc.value, str(exc)) from None
+                if result.__class__ is not EvaluateResult:
+                    result = finish(result)
+                check_inputs(kwargs, sample)
+            except Exception as exc:
+                return outcome(sample, None, error=describe_exception(exc), duration=clock() - start)
+            duration = clock() - start
+            if not self.light or self.seen is not None:
+                return outcome(sample, result, duration=duration)
+            verdict, score, metrics, failures, below = judge(result, gates, None)
+            return SampleOutcome(
+                function=function,
+                file=file_label,
+                line=sample.line,
+                sample_id=sample.label,
+                key="",
+                response_hash=None,
+                verdict=verdict,
+                score=score,
+                is_score_valid=bool(result.is_score_valid),
+                reason=result.reason,
+                metrics=metrics,
+                failures=failures,
+                below=below,
+                duration=duration,
+                sample=sample,
+            )
+
+        return one
 
     def score_chunk(self, samples: Sequence[Sample]) -> list[SampleOutcome]:
         """Score a chunk with a batch-mode function, never raising."""

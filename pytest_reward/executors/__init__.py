@@ -120,6 +120,13 @@ class InProcess(Executor):
         rootdir: Path,
         notes: list[str],
     ) -> Iterator[SampleOutcome]:
+        if batch is None and self.workers <= 1:
+            # One sample at a time, in this thread: nothing is held back (a segment of samples kept alive would
+            # only outlive the young garbage collections and make the full ones frequent).
+            score = invoker.sample_scorer()
+            for entry in entries:
+                yield entry if entry.__class__ is SampleOutcome else score(entry)  # type: ignore[misc,arg-type]
+            return
         run: list[Sample] = []
         chunk = batch or 32
         for entry in entries:

@@ -44,6 +44,7 @@ import inspect
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from .call import run_coroutine
@@ -164,6 +165,14 @@ def _text(message: Mapping[str, Any] | None) -> str:
     return "" if content is None else str(content)
 
 
+def _response(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The response's text (the final assistant turn's; empty when there is none), as :func:`_split` gives it,
+    without copying the prompt."""
+    if messages and messages[-1].get("role") == "assistant":
+        return _text(messages[-1])
+    return ""
+
+
 def _split(messages: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], str]:
     """(the prompt's messages, the response's text): the response is the final assistant turn."""
     if messages and messages[-1].get("role") == "assistant":
@@ -180,6 +189,8 @@ def _prompt_text(prompt: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _number(value: Any, what: str) -> float:
+    if value.__class__ is float or value.__class__ is int:  # the usual score (a bool's class is bool)
+        return float(value)
     if hasattr(value, "item") and callable(value.item):  # a 0-d tensor or numpy scalar
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -213,8 +224,16 @@ def _result(score: Any, extras: Mapping[str, Any], fn_name: str, what: str) -> E
     )
 
 
+_NO_EXTRAS: Mapping[str, Any] = MappingProxyType({})
+
+
 def _scalar_or_dict(value: Any, fn_name: str) -> EvaluateResult:
     """verl's and slime's return: a number, or a dict with ``score`` and extras."""
+    if value.__class__ is float or value.__class__ is int:  # _result's for a number without extras
+        score = float(value)
+        if math.isfinite(score):
+            return EvaluateResult(score=score, is_score_valid=True, reason=None, metrics={}, error=None)
+        return _result(score, _NO_EXTRAS, fn_name, "")
     if isinstance(value, Mapping):
         if "score" not in value:
             raise InvalidResult(f"{fn_name} returned a dict without 'score': {sorted(value)!r:.200}")
@@ -294,18 +313,18 @@ def _trl(fn: Callable[..., Any], name: str, standard: bool) -> Callable[..., Any
 
 def _verl(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
     def call(messages: list[dict[str, Any]], ground_truth: Any = None, **fields: Any) -> EvaluateResult:
-        _, response = _split(messages)
+        response = _response(messages)
         extra_info = dict(fields.get("extra_info") or {})
         extra_info["num_turns"] = fields.get("num_turns")
         extra_info["rollout_reward_scores"] = fields.get("reward_scores") or {}
-        value = _await(
-            fn(
-                data_source=fields.get("data_source"),
-                solution_str=response,
-                ground_truth=ground_truth,
-                extra_info=extra_info,
-            )
+        value = fn(
+            data_source=fields.get("data_source"),
+            solution_str=response,
+            ground_truth=ground_truth,
+            extra_info=extra_info,
         )
+        if value.__class__ is not float and value.__class__ is not int:  # a number is no coroutine
+            value = _await(value)
         return _scalar_or_dict(value, name)
 
     return call

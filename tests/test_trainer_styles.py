@@ -217,6 +217,46 @@ def test_a_bad_return_is_an_invalid_result_naming_it(project):
     result.stdout.fnmatch_lines(["*compute_score returned a dict without 'score'*"])
 
 
+def test_verl_numbers_as_scores_in_both_granularities(project):
+    """A plain number is the score (an int too); a non-finite one is invalid; a bool or a string is not a number;
+    errored samples count as 0 in the mean."""
+    project.file(
+        "my_reward.py",
+        """
+        def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+            return {"int": 1, "nan": float("nan"), "inf": float("-inf"), "bool": True, "text": "1"}.get(
+                solution_str, 0.75
+            )
+        """,
+    )
+    answers = ["int", "nan", "inf", "bool", "text", "other"]
+    project.jsonl(
+        "s.jsonl",
+        [
+            {"id": a, "messages": msgs("system says", a), "ground_truth": "1", "data_source": "d"}
+            for a in answers
+        ],
+    )
+    for granularity in ("sample", "file"):
+        result = project.result(
+            "--reward-samples", "s.jsonl", "--reward-fn", "verl:my_reward.py::compute_score",
+            "--reward-granularity", granularity, "--reward-threshold", "0.5",
+        )  # fmt: skip
+        (group,) = result.groups
+        assert (group.summary.n, group.summary.mean) == (6, pytest.approx((1 + 0.75) / 6)), granularity
+        by_id = {o.sample_id: o for o in group.outcomes}
+        assert sorted(by_id) == sorted(answers)  # the file item keeps its 20 worst: all of them here
+        assert by_id["int"].score == 1.0 and by_id["other"].score == 0.75
+        assert by_id["nan"].failures == [
+            "the result is marked is_score_valid=False",
+            "the reward function reported an error: score is nan",
+        ]
+        assert by_id["inf"].score is None and by_id["inf"].verdict == "fail"
+        assert "compute_score's score is bool True: expected a number" in by_id["bool"].error
+        assert "compute_score's score is str '1': expected a number" in by_id["text"].error
+        assert by_id["other"].response == "other"
+
+
 def test_the_style_prefix_cannot_clash_with_package_module_name():
     assert split_style("verl:pkg.mod:compute_score") == ("verl", "pkg.mod:compute_score")
     assert split_style("trl:rewards.py::f") == ("trl", "rewards.py::f")

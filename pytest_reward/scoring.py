@@ -21,7 +21,7 @@ from .call import MISSING, Reward, call_within, describe_exception, each_within,
 from .chat import conversation_excerpt
 from .errors import InvalidResult, RewardReturnError, RewardTimeout
 from .models import EvaluateResult
-from .results import FAIL, PASS, SampleOutcome, judge
+from .results import BELOW, FAIL, PASS, SampleOutcome, judge
 from .samples import Bound, Expect
 
 if TYPE_CHECKING:
@@ -372,12 +372,21 @@ class Invoker:
         fn, finish, name, kwargs_of = reward.fn, reward.finish, reward.name, reward.kwargs
         check_inputs, outcome = self.check_inputs, self.outcome
         function, file_label, replay = self.fn.name, self.file_label, self.replay_tolerance
-        clock = time.perf_counter
+        clock, isfinite = time.perf_counter, math.isfinite
+        # A trainer-native function's own return and what its adapter makes a result of (styles.native_reward): a
+        # finite number is judged here without building the EvaluateResult, as judge judges that result.
+        raw, to_result = getattr(fn, "__reward_scalar__", None) or (None, None)
+        threshold, tolerated = gates.threshold, gates.pass_rate is not None
+        if raw is not None:
+            # the adapter reads the response's text from the messages and hands them to nothing: they need no
+            # copy; what it passes on (the ground truth, the fields) is copied as for every call
+            kwargs_of = reward.kwargs_owned
 
         def one(sample: Sample) -> SampleOutcome:
             if sample.expect is not None or (replay is not None and sample.recorded is not None):
                 return score_one(sample)
             start = clock()
+            number = None
             try:
                 kwargs = kwargs_of(
                     sample.messages,
@@ -385,17 +394,49 @@ class Invoker:
                     sample.kwargs,
                 )
                 try:
-                    result = fn(**kwargs)
+                    if raw is not None:
+                        value = raw(**kwargs)
+                        if (value.__class__ is float or value.__class__ is int) and isfinite(
+                            number := float(value)
+                        ):
+                            result = None
+                        else:
+                            number, result = None, to_result(value)
+                    else:
+                        result = fn(**kwargs)
                 except RewardReturnError as exc:
                     raise invalid_return(name, exc.value, str(exc)) from None
-                if result.__class__ is not EvaluateResult:
+                if result is not None and result.__class__ is not EvaluateResult:
                     result = finish(result)
                 check_inputs(kwargs, sample)
             except Exception as exc:
                 return outcome(sample, None, error=describe_exception(exc), duration=clock() - start)
             duration = clock() - start
             if not self.light or self.seen is not None:
-                return outcome(sample, result, duration=duration)
+                return outcome(sample, to_result(value) if result is None else result, duration=duration)
+            if number is not None:  # judge's verdict on the result of a finite number (valid, no metrics)
+                failures: list[str] = []
+                below: list[str] = []
+                if threshold is not None and number < threshold:
+                    (below if tolerated else failures).append(f"score {number:.4g} < threshold {threshold:g}")
+                return SampleOutcome(
+                    function=function,
+                    file=file_label,
+                    line=sample.line,
+                    sample_id=sample.label,
+                    key="",
+                    response_hash=None,
+                    verdict=FAIL if failures else (BELOW if below else PASS),
+                    score=number,
+                    is_score_valid=True,
+                    reason=None,
+                    metrics={},
+                    failures=failures,
+                    below=below,
+                    duration=duration,
+                    sample=sample,
+                )
+            assert result is not None
             verdict, score, metrics, failures, below = judge(result, gates, None)
             return SampleOutcome(
                 function=function,

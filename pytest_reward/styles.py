@@ -312,7 +312,8 @@ def _trl(fn: Callable[..., Any], name: str, standard: bool) -> Callable[..., Any
 
 
 def _verl(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
-    def call(messages: list[dict[str, Any]], ground_truth: Any = None, **fields: Any) -> EvaluateResult:
+    def score(messages: list[dict[str, Any]], ground_truth: Any = None, **fields: Any) -> Any:
+        """What ``compute_score`` returns for one sample (awaited): :func:`_scalar_or_dict` makes the result."""
         response = _response(messages)
         extra_info = dict(fields.get("extra_info") or {})
         extra_info["num_turns"] = fields.get("num_turns")
@@ -325,8 +326,15 @@ def _verl(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
         )
         if value.__class__ is not float and value.__class__ is not int:  # a number is no coroutine
             value = _await(value)
+        return value
+
+    def call(messages: list[dict[str, Any]], ground_truth: Any = None, **fields: Any) -> EvaluateResult:
+        return _scalar_or_dict(score(messages, ground_truth, **fields), name)
+
+    def to_result(value: Any) -> EvaluateResult:
         return _scalar_or_dict(value, name)
 
+    call.__reward_scalar__ = (score, to_result)  # type: ignore[attr-defined]
     return call
 
 
@@ -417,6 +425,13 @@ def native_reward(
     inner.__doc__ = getattr(fn, "__doc__", None)
     wrapped = reward_function(inner, mode="batch" if batch else "pointwise")
     wrapped.__trainer_native__ = fn  # type: ignore[attr-defined]
+    scalar = getattr(inner, "__reward_scalar__", None)
+    spec = getattr(wrapped, "__reward_spec__", None)
+    if scalar is not None and spec is not None and not (spec.coerce_messages or spec.coerce_ground_truth):
+        # (the function's own return for one call's keyword arguments, what the adapter makes a result of): for a
+        # caller scoring many samples that needs only the number (Invoker.sample_scorer); the wrapper adds nothing
+        # here (its inputs are not coerced and the adapter always returns an EvaluateResult)
+        wrapped.__reward_scalar__ = scalar  # type: ignore[attr-defined]
     wrapped.__reward_style__ = style  # type: ignore[attr-defined]
     if hasattr(
         fn, "pytestmark"

@@ -20,6 +20,8 @@ on this CPU venv without torch):
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from pytest_reward.styles import StyleError, detect_style, native_reward, split_style
@@ -347,3 +349,46 @@ def test_styled_functions_score_in_worker_processes_as_in_process(project):
     got = normalized_files(project.path, "out-process", "process")
     for file, text in expected.items():
         assert got[file] == text, f"{file} differs from the in-process run's"
+
+
+@pytest.mark.parametrize("gate", [(), ("--reward-pass-rate", "0.1")])
+def test_verl_file_granularity_outcomes_are_those_of_the_threaded_path(project, gate):
+    """File granularity judges a verl number without building its result; the threaded path builds it: the
+    same rows either way, below-threshold scores failing or tolerated by a pass-rate gate."""
+    project.file(
+        "my_reward.py",
+        """
+        def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+            if solution_str == "raise":
+                raise KeyError(ground_truth)
+            if solution_str == "dict":
+                return {"score": 0.9, "acc": True, "pred": "x"}
+            return {"low": 0.2, "one": 1, "nan": float("nan"), "big": 10**400}.get(solution_str, 0.75)
+        """,
+    )
+    answers = ["ok", "low", "one", "nan", "big", "raise", "dict", "ok"]
+    project.jsonl(
+        "s.jsonl",
+        [{"messages": msgs("q", a), "ground_truth": "1", "data_source": "d", "extra_info": {"i": i}} for i, a in
+         enumerate(answers)],
+    )  # fmt: skip
+
+    def rows_of(*extra: str) -> list[dict]:
+        out = project.path / ("out" + "_".join(extra))
+        project.run(
+            "--reward-samples", "s.jsonl", "--reward-fn", "verl:my_reward.py::compute_score",
+            "--reward-granularity", "file", "--reward-threshold", "0.5", "--reward-report", str(out), *gate, *extra,
+        )  # fmt: skip
+        found = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+        for row in found:
+            row.pop("duration")
+        return found
+
+    fast, threaded = rows_of(), rows_of("--reward-workers", "2")
+    assert fast == threaded
+    low = "below" if gate else "fail"
+    assert [r["verdict"] for r in fast] == ["pass", low, "pass", "fail", "fail", "fail", "pass", "pass"]
+    assert [r["score"] for r in fast] == [0.75, 0.2, 1.0, None, None, None, 0.9, 0.75]
+    assert fast[1]["failures"] == ([] if gate else ["score 0.2 < threshold 0.5"])
+    assert "OverflowError" in fast[4]["error"] and "KeyError: '1'" in fast[5]["error"]
+    assert fast[6]["metrics"] == {"acc": 1.0} and fast[6]["reason"] == "pred='x'"

@@ -30,7 +30,8 @@ def pytest_reward_run_finished(result: RunResult, session: pytest.Session) -> No
     :param result: the frozen result of the run: ``result.verdict``, ``result.groups`` (one per reward function ×
         samples file: summary, gate verdicts, the outcomes reports show), ``result.comparisons``,
         ``result.compare_failures``, ``result.meta``, ``result.functions`` (the reward functions that ran),
-        ``result.probes`` (one ``ProbeResult`` per reward function × samples file × reward-hacking probe).
+        ``result.probes`` (one ``ProbeResult`` per reward function × samples file × reward-hacking probe),
+        ``result.probe_changes`` (compared with a stored run: each probe's verdict there and now).
     :param session: the pytest session; ``session.exitstatus`` is its status so far. An implementation may set it
         to fail the session (the deploy step does, when a deploy fails).
     """

@@ -201,8 +201,20 @@ class Slots(NamedTuple):
     keys: jax.Array  # (B, 2) uint32: the row's PRNG key
     active: jax.Array  # (B,) bool: the row is still decoding (False: the slot is free)
     out: jax.Array  # (Q, N) int32: the tokens of every queue row
-    next: jax.Array  # () int32: the next queue row to admit
+    next: jax.Array  # () int32: the next queue row to prefill
+    waiting: jax.Array  # () int32: the first prefilled row not yet in a slot (B: none waits)
     steps: jax.Array  # () int32: decode steps run
+
+
+class Prefilled(NamedTuple):
+    """Up to B prompts prefilled together, waiting for slots (loop-invariant while they are placed)."""
+
+    kv: model.KVCache  # per layer (B, KV, P, Dh) the prompts' keys and values
+    mask: jax.Array  # (B, P) bool
+    row: jax.Array  # (B,) int32 queue rows
+    first: jax.Array  # (B,) int32 first tokens
+    keys: jax.Array  # (B, 2) uint32 PRNG keys
+    n: jax.Array  # () int32 real rows
 
 
 def rollout_refill(
@@ -223,7 +235,6 @@ def rollout_refill(
     new_slots: int,
     mode: Mode,
     stop_ids: tuple[int, ...],
-    group: int,
 ) -> tuple[jax.Array, jax.Array]:
     """Continuous batching: decode a queue of prompts through ``batch`` slots, a finished row's slot taking the next
     prompt, until the queue is empty and every row stopped.
@@ -235,15 +246,18 @@ def rollout_refill(
     ``[0, P)``, its token ``t`` in column ``P + t``) and its own step counter, so a row's tokens are computed as
     :func:`rollout` computes them, from its own prompt and PRNG key only, whichever rows share the batch.
 
-    Free slots are refilled ``group`` at a time (one prefill of (group, P) tokens), as soon as ``group`` slots (or
-    the rest of the queue) are free; up to ``group - 1`` slots wait idle meanwhile. A row stops after a stop id or
-    ``max_new`` tokens, as in :func:`rollout`.
+    Prompts are prefilled ``batch`` at a time, as :func:`rollout` prefills a batch (one (batch, P) forward: the
+    efficient shape); a free slot takes the next prefilled row by copying its prompt's keys and values (one row, no
+    model call), so a slot is refilled as soon as it is free, one row at a time. The loops nest so that the
+    prefilled rows are loop-invariant while they are placed (a loop carry would be copied at every placement):
+    prefill B rows, then place and decode until they are all placed and a slot is free, and again. A row stops
+    after a stop id or ``max_new`` tokens, as in :func:`rollout`.
 
     Returns out (Q, N) int32, row q's tokens in ``out[q, :made]`` (later columns are 0), and the number of decode
     steps run, (1,) int32.
     """
     Q, P = tokens.shape
-    B, N, R = batch, new_slots, group
+    B, N = batch, new_slots
     n_rows = n_rows[0]
     stops = jnp.asarray(stop_ids, jnp.int32)
     dtype = params["embed"].dtype
@@ -260,49 +274,45 @@ def rollout_refill(
         active=jnp.zeros((B,), bool),
         out=jnp.zeros((Q, N), jnp.int32),
         next=jnp.int32(0),
+        waiting=jnp.int32(B),
         steps=jnp.int32(0),
     )
 
-    def room(s: Slots) -> jax.Array:
-        left = n_rows - s.next
-        return (left > 0) & (jnp.sum(~s.active) >= jnp.minimum(R, left))
-
-    def admit(s: Slots) -> Slots:
-        """Prefill the next (up to) R queue rows into the first R free slots and pick their first tokens."""
-        k = jnp.minimum(jnp.minimum(R, jnp.sum(~s.active)), n_rows - s.next)
-        take = jnp.arange(R) < k  # (R,)
-        slot = jnp.argsort(s.active.astype(jnp.int32), stable=True)[:R]  # free slots first, in slot order
-        q = jnp.minimum(s.next + jnp.arange(R), Q - 1)  # (R,) queue rows
-        tk, mk = tokens[q], mask[q] & take[:, None]  # (R, P)
-        x, kvs = model.hidden_states(params, cfg, tk, mk, last_only=True)  # x (R, 1, D)
-        logits = model.unembed(params, cfg, x[:, -1])  # (R, V)
+    def prefill(s: Slots) -> tuple[Slots, Prefilled]:
+        """Prefill the next (up to) B queue rows and pick their first tokens."""
+        k = jnp.minimum(B, n_rows - s.next)
+        q = jnp.minimum(s.next + jnp.arange(B), Q - 1)  # (B,) queue rows
+        mk = mask[q] & (jnp.arange(B) < k)[:, None]  # (B, P)
+        x, kvs = model.hidden_states(params, cfg, tokens[q], mk, last_only=True)  # x (B, 1, D)
         keys = _row_keys(seed, row_ids[q])
-        first = choose_tokens(logits, keys, jnp.int32(0), temperature, top_k, top_p, mode)  # (R,)
-        dest = jnp.where(take, slot, B)  # B is out of range: the scatter drops it
+        logits = model.unembed(params, cfg, x[:, -1])  # (B, V)
+        first = choose_tokens(logits, keys, jnp.int32(0), temperature, top_k, top_p, mode)
+        kv = tuple((kn.astype(dtype), vn.astype(dtype)) for kn, vn in kvs)
+        return s._replace(next=s.next + k, waiting=jnp.int32(0)), Prefilled(kv, mk, q, first, keys, k)
+
+    def place(s: Slots, w: Prefilled) -> Slots:
+        """The next waiting row into the first free slot."""
+        j, slot = s.waiting, jnp.argmax(~s.active)
+        first, q, mk = w.first[j], w.row[j], w.mask[j]
         cache = tuple(
             (
-                ck.at[dest, :, :P].set(kn.astype(ck.dtype), mode="drop"),
-                cv.at[dest, :, :P].set(vn.astype(cv.dtype), mode="drop"),
+                jax.lax.dynamic_update_slice(ck, jax.lax.dynamic_slice_in_dim(wk, j, 1), (slot, 0, 0, 0)),
+                jax.lax.dynamic_update_slice(cv, jax.lax.dynamic_slice_in_dim(wv, j, 1), (slot, 0, 0, 0)),
             )
-            for (ck, cv), (kn, vn) in zip(s.cache, kvs, strict=True)
+            for (ck, cv), (wk, wv) in zip(s.cache, w.kv, strict=True)
         )
-        done = jnp.isin(first, stops) | (max_new <= 1)
-
-        def put(a: jax.Array, v: jax.Array) -> jax.Array:
-            return a.at[dest].set(v, mode="drop")
-
-        return Slots(
+        return s._replace(
             cache=cache,
-            prompt_mask=put(s.prompt_mask, mk),
-            row=put(s.row, q),
-            made=put(s.made, jnp.ones((R,), jnp.int32)),
-            tok=put(s.tok, first),
-            pos=put(s.pos, jnp.sum(mk, axis=-1).astype(jnp.int32)),
-            keys=put(s.keys, keys),
-            active=put(s.active, ~done),
-            out=s.out.at[jnp.where(take, q, Q), 0].set(first, mode="drop"),
-            next=s.next + k,
-            steps=s.steps,
+            prompt_mask=s.prompt_mask.at[slot].set(mk),
+            row=s.row.at[slot].set(q),
+            made=s.made.at[slot].set(1),
+            tok=s.tok.at[slot].set(first),
+            pos=s.pos.at[slot].set(jnp.sum(mk).astype(jnp.int32)),
+            keys=s.keys.at[slot].set(w.keys[j]),
+            # a row whose first token ends it leaves its slot free
+            active=s.active.at[slot].set(~(jnp.isin(first, stops) | (max_new <= 1))),
+            out=s.out.at[q, 0].set(first),
+            waiting=jnp.where(j + 1 < w.n, j + 1, B),
         )
 
     def step(s: Slots) -> Slots:
@@ -323,13 +333,27 @@ def rollout_refill(
             steps=s.steps + 1,
         )
 
-    def busy(s: Slots) -> jax.Array:
-        return (s.next < n_rows) | jnp.any(s.active)
+    def decode(s: Slots, w: Prefilled) -> Slots:
+        """Place the prefilled rows as slots free up and decode, until they are all placed and a slot is free for
+        the next prefill (or, with the queue empty, until every row stopped)."""
 
-    def body(s: Slots) -> Slots:
-        return step(jax.lax.while_loop(room, admit, s))
+        def room(s: Slots) -> jax.Array:
+            return (s.waiting < B) & jnp.any(~s.active)
 
-    s = jax.lax.while_loop(busy, body, s0)
+        def place_all(s: Slots) -> Slots:
+            return jax.lax.while_loop(room, lambda s: place(s, w), s)
+
+        def more(s: Slots) -> jax.Array:
+            want_prefill = (s.waiting >= B) & jnp.any(~s.active) & (s.next < n_rows)
+            return jnp.any(s.active) & ~want_prefill
+
+        return jax.lax.while_loop(more, lambda s: place_all(step(s)), place_all(s))
+
+    def chunk(s: Slots) -> Slots:
+        s, w = prefill(s)
+        return decode(s, w)
+
+    s = jax.lax.while_loop(lambda s: s.next < n_rows, chunk, s0)
     return s.out, s.steps[None]
 
 
@@ -428,9 +452,7 @@ def refill_program(mesh: Mesh) -> Any:
         run = jax.shard_map(local, mesh=mesh, in_specs=specs, out_specs=(rows, rows), check_vma=False)
         return run(params, dparams, tokens, mask, row_ids, n_rows, *scalars)
 
-    return jax.jit(
-        rollout_refill_sharded, static_argnames=("cfg", "batch", "new_slots", "mode", "stop_ids", "group")
-    )
+    return jax.jit(rollout_refill_sharded, static_argnames=("cfg", "batch", "new_slots", "mode", "stop_ids"))
 
 
 rollout_jit = jax.jit(rollout, static_argnames=("cfg", "new_slots", "mode", "stop_ids"))

@@ -142,8 +142,6 @@ class InferenceState(NamedTuple):
 
 #: A refill rollout call takes at most this many batches of rows (more rows: several calls).
 REFILL_WINDOW = 64
-#: Free slots are refilled by groups of ``max(1, slots // REFILL_GROUP_DIVISOR)`` prompts (one prefill each).
-REFILL_GROUP_DIVISOR = 8
 
 
 def _dealt(n: int, Q: int, devices: int) -> np.ndarray:
@@ -622,7 +620,7 @@ class InferenceJob:
         windows = -(-len(rows) // Q)
         size = -(-len(rows) // windows)
         local = B // r
-        static = {**static, "batch": local, "group": max(1, local // REFILL_GROUP_DIVISOR)}
+        static = {**static, "batch": local}
         fn = generate.refill_program(self.mesh)
         params, dparams = self.state.params, self._decode_params()
 

@@ -89,6 +89,34 @@ def test_rows_stop_at_max_new_tokens_and_slots_are_reused():
     assert refill_steps < job.stats.decode_steps  # 4 batches of (10, 3) rows wait for their long row
 
 
+def _steps_of_immediate_refill(lengths: list[int], slots: int, max_new: int) -> int:
+    """Decode steps when a free slot takes the next row at once: a row of L tokens has its first from the prefill
+    and L - 1 from decode steps; every step advances every row in a slot."""
+    queue, left, steps = list(lengths), [], 0
+    while queue or left:
+        while len(left) < slots and queue:
+            n = min(queue.pop(0), max_new) - 1
+            if n > 0:
+                left.append(n)
+        steps += 1
+        left = [n - 1 for n in left if n > 1]
+    return steps
+
+
+@pytest.mark.parametrize("slots", [1, 3, 8])
+def test_a_free_slot_takes_the_next_row_at_the_next_step(slots):
+    """Refill is immediate and one row at a time: the decode steps are exactly those of the ideal schedule, not
+    those of waiting for several free slots (a regression: refills went by groups of slots // 8)."""
+    job = chain_job(per_device_batch_size=slots)
+    rng = np.random.default_rng(slots)
+    ends = rng.integers(2, 40, 61).tolist()
+    gens, _ = job.generate_tokens([[k] for k in ends], 30, stop_token_ids=[STOP])
+    assert gens == [list(range(k - 1, max(k - 31, -1), -1)) for k in ends]
+    job.reset_stats()
+    job.generate_tokens([[k] for k in ends], 30, stop_token_ids=[STOP])
+    assert job.stats.decode_steps == _steps_of_immediate_refill(ends, slots, 30)
+
+
 def test_more_rows_than_one_window_take_several_calls_in_order():
     job = chain_job(per_device_batch_size=2)  # 2 slots: a call takes at most 128 rows
     rng = np.random.default_rng(0)

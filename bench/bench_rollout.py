@@ -342,6 +342,89 @@ def refill_bench(reps: int, n_prompts: int = 512, new: int = 64) -> dict:
     return {"ratio": r["refill"] / r["static"], "same": refill_out == static_out}
 
 
+# ---------------------------------------------------------------------------------------------- where the time goes
+def where_bench(peak: float, reps: int, B: int = 32, S: int = 128) -> None:
+    """The parts of one GPT-2-small decode step at batch B over S cache slots, each compiled alone at its shapes
+    and timed (best of ``5 * reps``), the way the engine computes it now and the way it did before issue 19:
+    matmuls with the weight on the right (``x (B, in) @ w (in, out)``) or on the left (``wt (out, in) @ x (in,
+    B)``), argmax as jax's (value, index) reduction or as two plain reductions, sampling by Gumbel draws
+    (``jax.random.categorical``) or by inverse transform (``generate.sample_categorical``)."""
+    from pytest_reward.jax import model as model_mod
+
+    cfg = ModelConfig.gpt2(vocab_size=50257, d_model=768, n_layers=12, n_heads=12, max_positions=1024)
+    D, F, V, L, H, Dh = cfg.d_model, 4 * cfg.d_model, cfg.vocab_size, cfg.n_layers, cfg.n_heads, cfg.head_dim
+    rng = np.random.default_rng(0)
+
+    def arr(*shape: int) -> jax.Array:
+        return jnp.asarray(rng.standard_normal(shape, np.float32) * 0.02)
+
+    def t(fn: Callable, *a: jax.Array) -> float:
+        f = jax.jit(fn)
+        jax.block_until_ready(f(*a))
+        return 1e3 * best(lambda: jax.block_until_ready(f(*a)), 5 * reps)
+
+    mm = lambda x, w: x @ w  # noqa: E731
+    rows: list[tuple[str, int, float, float]] = []  # part, count per step, before ms, now ms
+    for name, n_in, n_out in (("qkv", D, 3 * D), ("attention out", D, D), ("MLP up", D, F), ("MLP down", F, D)):
+        w, x = arr(n_in, n_out), arr(B, n_in)
+        rows.append((f"matmul {name} ({n_in}x{n_out})", L, t(mm, x, w), t(mm, w.T.copy(), x.T.copy())))
+    emb, h = arr(V, D), arr(B, D)
+    rows.append((f"unembedding ({D}x{V})", 1, t(lambda h, e: h @ e.T, h, emb), t(mm, emb, h.T.copy())))
+    q, k, v = arr(B, H, 1, 1, Dh), arr(B, H, S, Dh), arr(B, H, S, Dh)
+    allowed = jnp.ones((B, 1, 1, 1, S), bool)
+    att = t(lambda q, k, v: model_mod._attend(q, k, v, allowed, cfg), q, k, v)
+    rows.append((f"attention over the cache ({S} slots)", L, att, att))
+    x_bd, x_db = arr(B, D), arr(D, B)
+    norm_p = {"scale": jnp.ones((D,)), "bias": jnp.zeros((D,))}
+    rows.append(
+        (
+            "layer norm",
+            2 * L + 1,
+            t(lambda x: model_mod._norm(norm_p, x, cfg), x_bd),
+            t(lambda x: model_mod._norm(norm_p, x, cfg, axis=0), x_db),
+        )
+    )
+    gelu = t(lambda h: jax.nn.gelu(h, approximate=True), arr(F, B))
+    rows.append(("GELU", L, gelu, gelu))
+    logits = arr(B, V)
+    rows.append(
+        (
+            "greedy pick (argmax)",
+            1,
+            t(lambda x: jnp.argmax(x, axis=-1), logits),
+            t(lambda x: gen.argmax_first(x, axis=0), logits.T.copy()),
+        )
+    )
+    keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.PRNGKey(0), i))(jnp.arange(B))
+    rows.append(
+        (
+            "sampling (temperature 1)",
+            1,
+            t(lambda k, x: jax.vmap(jax.random.categorical)(k, x), keys, logits),
+            t(gen.sample_categorical, keys, logits),
+        )
+    )
+    say(
+        f"\n### Where a GPT-2-small decode step's time goes (batch {B}, {S} cache slots; each part compiled alone, "
+        f"best of {5 * reps})"
+    )
+    say("")
+    say("| part | per step | before (ms per step) | now (ms per step) |")
+    say("|---|---:|---:|---:|")
+    tot_b = tot_n = 0.0
+    for part, count, b, n in rows:
+        if "sampling" not in part:
+            tot_b, tot_n = tot_b + count * b, tot_n + count * n
+        say(f"| {part} | x{count} | {count * b:.2f} | {count * n:.2f} |")
+    flops = B * cfg.matmul_flops_per_token(S) / 1e9
+    say(
+        f"| **sum, greedy** | | **{tot_b:.1f}** | **{tot_n:.1f}** |\n\n"
+        f"- matmul FLOPs per step {flops:.2f} G: at the sum of the parts that is {100 * flops / tot_b * 1e3 / peak:.0f} % "
+        f"of peak before and {100 * flops / tot_n * 1e3 / peak:.0f} % now (the whole step adds the loop, the cache "
+        f"writes and the stop check; load average {load()})"
+    )
+
+
 # ---------------------------------------------------------------------------------------------- forward
 def forward_bench(job: InferenceJob, hf, peak: float, reps: int) -> dict:
     import torch
@@ -445,7 +528,7 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="skip the naive no-cache loop")
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--against", metavar="REV", help="also time the decode step of git revision REV's engine")
-    p.add_argument("--only", choices=["fixed", "refill", "forward", "adder"], help="run one part only")
+    p.add_argument("--only", choices=["fixed", "refill", "where", "forward", "adder"], help="run one part only")
     p.add_argument("--results", type=Path, help="write our section of this RESULTS.md")
     p.add_argument(
         "--wait-quiet", type=float, default=0.0, metavar="MIN", help="wait up to MIN minutes for load < 1"
@@ -507,6 +590,8 @@ def main() -> None:
                     )
         if args.only in (None, "refill"):
             refill = refill_bench(args.reps)
+        if args.only in (None, "where"):
+            where_bench(peak, args.reps)
         if args.only in (None, "forward"):
             job = InferenceJob.from_checkpoint(
                 shapes[2][1], tokenizer=ByteTokenizer(), per_device_batch_size=32

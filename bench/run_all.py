@@ -28,6 +28,9 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str], bool]] = {
     "reports": ("bench_reports.py", [], ["--n", "2000", "--repeat", "1"], False),
     "rollout": ("bench_rollout.py", [], ["--quick", "--reps", "1"], True),
     "prompt_only": ("bench_prompt_only.py", [], ["--n", "64", "--repeat", "1"], False),
+    "probes": ("bench_probes.py", [], ["--quick"], True),
+    "executors": ("bench_executors.py", [], ["--quick"], True),
+    "parquet": ("bench_parquet.py", [], ["--quick"], True),
 }
 
 

@@ -211,7 +211,10 @@ def test_legacy_tuples_are_scored_with_one_warning_per_function_at_the_users_lin
     project.file("rewards.py", LEGACY)
     project.jsonl("s.jsonl", [GOOD] * 3)
     result = project.run("--reward-samples", "s.jsonl", "--reward-granularity", granularity, "-W", "default")
-    result.assert_outcomes(passed=6 if granularity == "sample" else 2, warnings=2)
+    result.assert_outcomes(passed=6 if granularity == "sample" else 2)
+    # exactly one per function (not counted from pytest's total: under the console script an editable install is
+    # imported before pytester's inner run marks it for rewriting, which adds pytest's own warning)
+    assert sum("returned a legacy" in line for line in result.stdout.lines) == 2
     for name, line in (("pointwise", 3), ("batch", 7)):
         result.stdout.fnmatch_lines(
             [

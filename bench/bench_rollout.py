@@ -431,13 +431,14 @@ def forward_bench(job: InferenceJob, hf, peak: float, reps: int) -> dict:
 
     B, T = 8, 256
     rng = np.random.default_rng(0)
-    texts = ["".join(chr(c) for c in rng.integers(97, 123, T)) for _ in range(B)]  # 256 byte tokens + BOS
+    texts = ["".join(chr(c) for c in rng.integers(97, 123, T)) for _ in range(B)]  # 256 byte tokens
     say(f"\n### Forward / perplexity scoring, GPT-2-small shape: batch {B} x {T} tokens")
     job.reset_stats()
     t0 = time.perf_counter()
     job.token_nll(texts)
     first = time.perf_counter() - t0
-    seqs = [[256, *ByteTokenizer().encode(t)] for t in texts]
+    seqs = [job.with_start_token(ByteTokenizer().encode(t)) for t in texts]  # the tokens token_nll reads
+    T = len(seqs[0]) - 1  # the tokens scored per text
     x = torch.tensor([s[:-1] for s in seqs])
     y = torch.tensor([s[1:] for s in seqs])
 

@@ -378,21 +378,7 @@ class Reward:
         fields: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """The keyword arguments of one call (see the module docstring), every mutable input a private copy."""
-        kwargs: dict[str, Any] = {}
-        if fields:
-            for key, value in fields.items():
-                cls = value.__class__
-                kwargs[key] = private_copy(value) if cls is list or cls is dict else value
-        messages = _copy_messages(messages) if messages else []
-        kwargs["messages"] = messages
-        if ground_truth is not MISSING and ground_truth is not None:
-            cls = ground_truth.__class__
-            kwargs["ground_truth"] = (
-                private_copy(ground_truth) if cls is list or cls is dict else ground_truth
-            )
-        if self.wants_original and "original_messages" not in kwargs:
-            kwargs["original_messages"] = messages[:-1]
-        return kwargs
+        return self._assemble(_copy_messages(messages) if messages else [], ground_truth, fields)
 
     def kwargs_owned(
         self,
@@ -404,23 +390,30 @@ class Reward:
         :func:`owned_messages`): passed as they are, nothing else can see what the call does to them. The ground
         truth and the fields are the sample's, shared: copied as :meth:`kwargs` copies them."""
         if fields or self.wants_original or ground_truth.__class__ in (list, dict):
-            kwargs: dict[str, Any] = {}
-            if fields:
-                for key, value in fields.items():
-                    cls = value.__class__
-                    kwargs[key] = private_copy(value) if cls is list or cls is dict else value
-            kwargs["messages"] = messages
-            if ground_truth is not MISSING and ground_truth is not None:
-                cls = ground_truth.__class__
-                kwargs["ground_truth"] = (
-                    private_copy(ground_truth) if cls is list or cls is dict else ground_truth
-                )
-            if self.wants_original and "original_messages" not in kwargs:
-                kwargs["original_messages"] = messages[:-1]
-            return kwargs
+            return self._assemble(messages, ground_truth, fields)
         if ground_truth is MISSING or ground_truth is None:
             return {"messages": messages}
         return {"messages": messages, "ground_truth": ground_truth}
+
+    def _assemble(
+        self, messages: list[dict[str, Any]], ground_truth: Any, fields: Mapping[str, Any] | None
+    ) -> dict[str, Any]:
+        """The keyword arguments around ``messages`` (already the call's own): private copies of the fields and
+        the ground truth that are lists or dicts, ``original_messages`` when the function takes it."""
+        kwargs: dict[str, Any] = {}
+        if fields:
+            for key, value in fields.items():
+                cls = value.__class__
+                kwargs[key] = private_copy(value) if cls is list or cls is dict else value
+        kwargs["messages"] = messages
+        if ground_truth is not MISSING and ground_truth is not None:
+            cls = ground_truth.__class__
+            kwargs["ground_truth"] = (
+                private_copy(ground_truth) if cls is list or cls is dict else ground_truth
+            )
+        if self.wants_original and "original_messages" not in kwargs:
+            kwargs["original_messages"] = messages[:-1]
+        return kwargs
 
     @staticmethod
     def changed_inputs(

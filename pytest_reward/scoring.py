@@ -419,25 +419,12 @@ class Invoker:
                 below: list[str] = []
                 if threshold is not None and number < threshold:
                     (below if tolerated else failures).append(f"score {number:.4g} < threshold {threshold:g}")
-                return SampleOutcome(
-                    function=function,
-                    file=file_label,
-                    line=sample.line,
-                    sample_id=sample.label,
-                    key="",
-                    response_hash=None,
-                    verdict=FAIL if failures else (BELOW if below else PASS),
-                    score=number,
-                    is_score_valid=True,
-                    reason=None,
-                    metrics={},
-                    failures=failures,
-                    below=below,
-                    duration=duration,
-                    sample=sample,
-                )
-            assert result is not None
-            verdict, score, metrics, failures, below = judge(result, gates, None)
+                verdict = FAIL if failures else (BELOW if below else PASS)
+                score, valid, reason, metrics = number, True, None, {}
+            else:
+                assert result is not None
+                verdict, score, metrics, failures, below = judge(result, gates, None)
+                valid, reason = bool(result.is_score_valid), result.reason
             return SampleOutcome(
                 function=function,
                 file=file_label,
@@ -447,8 +434,8 @@ class Invoker:
                 response_hash=None,
                 verdict=verdict,
                 score=score,
-                is_score_valid=bool(result.is_score_valid),
-                reason=result.reason,
+                is_score_valid=valid,
+                reason=reason,
                 metrics=metrics,
                 failures=failures,
                 below=below,

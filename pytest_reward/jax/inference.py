@@ -24,8 +24,9 @@ executable per ``(B, P, N, sampling mode)`` is compiled ahead of time and kept i
 or 256 prompts of the same length range compile once. Scoring works the same way with ``(B, T)`` buckets.
 
 Slot refill (continuous batching, the default). The ``B`` rows in flight are slots: when a row stops (end-of-text,
-a single-token stop, or ``max_new_tokens``), its slot takes the next prompt of the call, prefilled into the slot's
-cache, while the other slots go on decoding; the compiled step keeps one shape (every slot has ``P + N`` cache
+a single-token stop, or ``max_new_tokens``), its slot takes the next prompt of the call at the next step (prompts
+are prefilled ``B`` at a time, as a static batch is, and a free slot copies the next one's keys and values into its
+cache), while the other slots go on decoding; the compiled step keeps one shape (every slot has ``P + N`` cache
 columns and its own step counter). One compiled call decodes up to ``64 B`` rows (a window; more rows: several
 calls) and returns when all of them stopped, so a batch never waits for its longest row. A row's tokens depend on
 its prompt and its PRNG key only (see :mod:`.generate`): greedy rows are the tokens of static batching

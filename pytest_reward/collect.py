@@ -150,13 +150,7 @@ class SamplesFile(pytest.File):
                     self,
                     name=fn.name,
                     fn=fn,
-                    invoker=Invoker(
-                        fn,
-                        label,
-                        runs=settings.runs,
-                        timeout=settings.timeout,
-                        replay_tolerance=settings.replay_tolerance,
-                    ),
+                    invoker=Invoker.of(fn, label, settings),
                     rs=rs,
                     pool_key=pool_keys[fn.name],
                 )
@@ -171,13 +165,7 @@ class SamplesFile(pytest.File):
                 callobj=may_use_model,
                 fixtureinfo=fixtureinfo,
                 fn=fn,
-                invoker=Invoker(
-                    fn,
-                    label,
-                    runs=settings.runs,
-                    timeout=settings.timeout,
-                    replay_tolerance=settings.replay_tolerance,
-                ),
+                invoker=Invoker.of(fn, label, settings),
                 rs=rs,
                 pool_key=pool_keys[fn.name],
             )
@@ -240,13 +228,7 @@ class SamplesFile(pytest.File):
         )
         fixtureinfo = None
         for fn in functions:
-            invoker = Invoker(
-                fn,
-                label,
-                runs=settings.runs,
-                timeout=settings.timeout,
-                replay_tolerance=settings.replay_tolerance,
-            )
+            invoker = Invoker.of(fn, label, settings)
             invokers[fn.name] = invoker
             batch = (
                 BatchScheduler(invoker, [s for s in samples if not s.prompt_only], settings.batch_size)

@@ -111,13 +111,7 @@ class ProbeTarget:
         self.settings = rs.settings
         self.samples = samples
         """The file's samples (``sample`` granularity: read at collection); None: stream the file."""
-        self.invoker = Invoker(
-            fn,
-            label,
-            runs=self.settings.runs,
-            timeout=self.settings.timeout,
-            replay_tolerance=self.settings.replay_tolerance,
-        )
+        self.invoker = Invoker.of(fn, label, self.settings)
         self.invoker.light = True  # no keys nor excerpts: a probe keeps its own texts
         self.notes: list[str] = []
         """What the executor had to say (a worker died, a chunk was retried): the next item warns."""

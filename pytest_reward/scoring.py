@@ -26,6 +26,7 @@ from .samples import Bound, Expect
 
 if TYPE_CHECKING:
     from .discovery import RewardFn
+    from .options import Settings
     from .samples import Sample
 
 __all__ = ["Checked", "DaemonPool", "FreshInput", "Invoker", "error_outcome", "merge_runs", "spread"]
@@ -108,6 +109,17 @@ class Invoker:
         :meth:`pytest_reward.probe_items.ProbeTarget.reuse_scores_of`)."""
 
     # -- building calls ------------------------------------------------------------------------------------
+
+    @classmethod
+    def of(cls, fn: RewardFn, file_label: str, settings: Settings) -> Invoker:
+        """The invoker the session's settings ask for (runs, timeout, replay tolerance)."""
+        return cls(
+            fn,
+            file_label,
+            runs=settings.runs,
+            timeout=settings.timeout,
+            replay_tolerance=settings.replay_tolerance,
+        )
 
     def kwargs_for(self, sample: Sample) -> dict[str, Any]:
         """The call's keyword arguments (:meth:`pytest_reward.call.Reward.kwargs`) from a sample: private copies."""
@@ -291,10 +303,8 @@ class Invoker:
     @staticmethod
     def complete(outcome: SampleOutcome) -> SampleOutcome:
         """Fill the key and the conversation excerpt of a light outcome (file granularity keeps few)."""
-        sample = outcome.sample
+        sample = Invoker.fill_key(outcome).sample
         if sample is not None:
-            if not outcome.key:
-                outcome.key, outcome.response_hash = sample.key, sample.response_hash
             outcome.user, outcome.response = conversation_excerpt(sample.messages, sample.prompt)
             outcome.sample = None
         return outcome

@@ -229,9 +229,11 @@ class User:
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(self.home), "LANG": "C.UTF-8",
                "XDG_RUNTIME_DIR": str(self.runtime_dir)}  # fmt: skip
         if os.geteuid() == 0:
+            # the package directory, not the checkout: a checkout only root may enter (a clone in `mktemp -d`,
+            # mode 0700) is itself the directory the tmpfs covers, so only paths below it can be bound back
             drop = {"launcher_dir": str(Path(sandbox.__file__).parent), "uid": self.uid, "argv": argv,
                     "expose": sorted({os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix),
-                                      str(REPO)})}  # fmt: skip
+                                      str(REPO / "pytest_reward")})}  # fmt: skip
             command = [sys.executable, "-I", "-c", DROP_PRIVILEGES, json.dumps(drop)]
         else:
             command = [sys.executable, *argv]

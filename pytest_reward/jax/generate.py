@@ -63,16 +63,20 @@ def choose_tokens(
     top_k: jax.Array,
     top_p: jax.Array,
     mode: Mode,
+    vocab_axis: int = -1,
 ) -> jax.Array:
-    """Pick one token per row. logits (B, V) float32, keys (B, 2), step () or (B,) int32 the index of the token in
-    its row's generation -> (B,) int32.
+    """Pick one token per row. logits (B, V) float32 (or (V, B) with ``vocab_axis=0``: the transposed logits of
+    :func:`~.model.decode_step`), keys (B, 2), step () or (B,) int32 the index of the token in its row's generation
+    -> (B,) int32.
 
-    ``greedy``: argmax. Otherwise ``logits / temperature``, then (``filtered``) keep the ``top_k`` largest
-    (``0`` = all) and the smallest set whose probability reaches ``top_p`` (inclusive nucleus: the token that
-    crosses the threshold is kept), then sample.
+    ``greedy``: argmax (over the logits as they are). Otherwise ``logits / temperature``, then (``filtered``) keep
+    the ``top_k`` largest (``0`` = all) and the smallest set whose probability reaches ``top_p`` (inclusive
+    nucleus: the token that crosses the threshold is kept), then sample (per-row sort and draw: on rows).
     """
     if mode == "greedy":
-        return argmax_first(logits)
+        return argmax_first(logits, axis=vocab_axis)
+    if vocab_axis % logits.ndim == 0:
+        logits = logits.T
     x = logits / temperature
     if mode == "filtered":
         V = x.shape[-1]
@@ -111,22 +115,6 @@ def sample_categorical(keys: jax.Array, logits: jax.Array, block: int = 256) -> 
     # t - start in (0, the block's mass], whatever the rounding of the two sums: never a token of mass 0
     rest = jnp.clip(t - start, jnp.finfo(jnp.float32).tiny, inside[:, -1])
     return (blk * block + jnp.sum(inside < rest[:, None], axis=-1)).astype(jnp.int32)
-
-
-def choose_next(
-    logits_t: jax.Array,
-    keys: jax.Array,
-    step: jax.Array,
-    temperature: jax.Array,
-    top_k: jax.Array,
-    top_p: jax.Array,
-    mode: Mode,
-) -> jax.Array:
-    """:func:`choose_tokens` for the transposed logits (V, B) of :func:`~.model.decode_step`: greedy reads them as
-    they are, sampling transposes them (its per-row sort and draw want rows)."""
-    if mode == "greedy":
-        return argmax_first(logits_t, axis=0)
-    return choose_tokens(logits_t.T, keys, step, temperature, top_k, top_p, mode)
 
 
 def rollout(
@@ -180,7 +168,7 @@ def rollout(
         i, out, cache, tok, pos, done = carry  # i tokens exist; tok = out[:, i - 1] sits at slot P + i - 1
         slot = P + i - 1
         logits_t, cache = model.decode_step(dparams, cfg, cache, tok, pos, slot, valid & (slots <= slot))
-        nxt = choose_next(logits_t, keys, i, temperature, top_k, top_p, mode)
+        nxt = choose_tokens(logits_t, keys, i, temperature, top_k, top_p, mode, vocab_axis=0)
         nxt = jnp.where(done, tok, nxt)  # a stopped row repeats its stop token
         out = jax.lax.dynamic_update_slice(out, nxt[:, None], (0, i))
         return i + 1, out, cache, nxt, pos + 1, done | jnp.isin(nxt, stops)
@@ -319,7 +307,7 @@ def rollout_refill(
         """One token for every slot; a row that stops frees its slot."""
         valid = jnp.concatenate([s.prompt_mask, jnp.arange(N)[None, :] < s.made[:, None]], axis=1)  # (B, S)
         logits_t, cache = model.decode_step(dparams, cfg, s.cache, s.tok, s.pos, P + s.made - 1, valid)
-        nxt = choose_next(logits_t, s.keys, s.made, temperature, top_k, top_p, mode)  # (B,)
+        nxt = choose_tokens(logits_t, s.keys, s.made, temperature, top_k, top_p, mode, vocab_axis=0)
         out = s.out.at[jnp.where(s.active, s.row, Q), jnp.minimum(s.made, N - 1)].set(nxt, mode="drop")
         made = s.made + s.active
         stopped = jnp.isin(nxt, stops) | (made >= max_new)

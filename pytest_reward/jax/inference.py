@@ -145,6 +145,18 @@ class InferenceState(NamedTuple):
 REFILL_WINDOW = 64
 
 
+class _RolloutPlan(NamedTuple):
+    """One :meth:`InferenceJob.generate_tokens` call as its batching strategies take it."""
+
+    fed: list[list[int]]  # the prompts as fed (start token added, fitted)
+    rows: list[tuple[int, int]]  # (prompt index, sample index) of each row to generate
+    P: int  # prompt columns (bucketed)
+    B: int  # rows decoded together (all devices)
+    scalars: tuple[jax.Array, ...]  # seed, max_new_tokens, temperature, top_k, top_p on the devices
+    static: dict[str, Any]  # the compiled program's static arguments
+    chunk_size: int | None  # batches in flight at once (None: all)
+
+
 def _dealt(n: int, Q: int, devices: int) -> np.ndarray:
     """Queue positions of rows 0..n-1 dealt in turn to ``devices`` equal shares of a queue of ``Q`` rows."""
     i = np.arange(n)
@@ -547,10 +559,8 @@ class InferenceJob:
         )
         stop_ids = () if ignore_eos else tuple(sorted({*self.stop_token_ids, *map(int, stop_token_ids)}))
         static = {"cfg": self.config, "new_slots": new_slots, "mode": mode, "stop_ids": stop_ids}
-        if batching == "refill":
-            out = self._refill(fed, rows, P, B, scalars, static, chunk_size)
-        else:
-            out = self._static(fed, rows, P, B, scalars, static, chunk_size)
+        plan = _RolloutPlan(fed, rows, P, B, scalars, static, chunk_size)
+        out = self._refill(plan) if batching == "refill" else self._static(plan)
         stop_set = set(stop_ids)
         gens = []
         for r in out:
@@ -565,18 +575,10 @@ class InferenceJob:
         self.stats.rollout_rows += len(gens)
         return gens, fed
 
-    def _static(
-        self,
-        fed: list[list[int]],
-        rows: list[tuple[int, int]],
-        P: int,
-        B: int,
-        scalars: tuple[jax.Array, ...],
-        static: dict[str, Any],
-        chunk_size: int | None,
-    ) -> np.ndarray:
+    def _static(self, plan: _RolloutPlan) -> np.ndarray:
         """Static batching: rows ``(prompt index, sample index)`` in batches of ``B``, each decoded until its longest
         row stopped. Returns the new tokens (len(rows), N) int32."""
+        fed, rows, P, B, scalars, static, chunk_size = plan
         params, dparams = self.state.params, self._decode_params()
 
         def batches() -> Iterator[Any]:
@@ -602,20 +604,12 @@ class InferenceJob:
             self.stats.decode_steps += int(steps)
         return np.concatenate(outs)[: len(rows)]
 
-    def _refill(
-        self,
-        fed: list[list[int]],
-        rows: list[tuple[int, int]],
-        P: int,
-        B: int,
-        scalars: tuple[jax.Array, ...],
-        static: dict[str, Any],
-        chunk_size: int | None,
-    ) -> np.ndarray:
+    def _refill(self, plan: _RolloutPlan) -> np.ndarray:
         """Continuous batching (:func:`~.generate.rollout_refill`): rows go through ``B`` slots, in windows of at most
         ``B * REFILL_WINDOW`` queue rows per compiled call (near-equal windows; a call drains its slots before it
         returns). On several devices the window's rows are dealt to them in turn and each runs ``B / devices`` slots.
         Returns the new tokens (len(rows), N) int32 in row order."""
+        fed, rows, P, B, scalars, static, chunk_size = plan
         r = self.replicas
         Q = B * REFILL_WINDOW
         windows = -(-len(rows) // Q)

@@ -3,8 +3,9 @@ JSONL read as samples, the recorded score kept, ``--reward-replay-tolerance`` fa
 
 The rows have the layout of verl 0.9.1's writer, ``verl/trainer/ppo/ray_trainer.py`` ``_write_generations``
 (line 454; volcengine/verl b178a3cd56f5): ``input``, ``output``, ``gts``, ``score``, ``step`` and the reward
-manager's extras, one ``json.dumps(entry, ensure_ascii=False, default=str)`` per line. (verl itself does not import
-without torch on this CPU venv, so the rows are written with the same json call, not by verl.)
+manager's extras, one ``json.dumps(entry, ensure_ascii=False, default=str)`` per line. Here the rows are written with
+that json call (these tests run on every machine); tests/deploy/test_verl_dump_writer.py (opt-in, ``make
+test-clients``) runs verl's own writer, taken from the installed verl, and verl's own GSM8K reward over its dump.
 """
 
 from __future__ import annotations

@@ -137,14 +137,18 @@ def write_checkpoint(tmp: Path, name: str, cls: str, kw: dict) -> Path:
 
 
 def step_bytes(job: InferenceJob, batch: int, prompt: int, new: int) -> float:
-    """What one decode step must read: every parameter once, and the keys and values of the current length
-    (averaged over the generation)."""
-    cfg = job.config
+    """What one decode step must read: every weight matrix, norm and bias once (the unembedding included; of an
+    untied input embedding and of GPT-2's position table only the rows of the step's tokens), and the keys and values
+    up to the current length, averaged over the generation."""
+    cfg, params = job.config, job.params
     item = jnp.dtype(job.dtype).itemsize
-    weights = sum(int(np.prod(a.shape)) for a in jax.tree_util.tree_leaves(job.params)) * item
+    count = sum(int(np.prod(a.shape)) for a in jax.tree_util.tree_leaves(params))
+    lookups = [] if cfg.tie_embeddings else ["embed"]
+    lookups += ["pos_embed"] if "pos_embed" in params else []
+    count -= sum(int(np.prod(params[k].shape)) - batch * params[k].shape[1] for k in lookups)
     avg_len = prompt + (new + 1) / 2
     cache = cfg.n_layers * 2 * batch * cfg.n_kv_heads * cfg.head_dim * avg_len * item
-    return weights + cache
+    return count * item + cache
 
 
 def transformers_time(path: Path, dtype: str, prompts: list[list[int]], new: int, reps: int) -> float:

@@ -374,7 +374,14 @@ class Invoker:
         expectation or recorded score) is scored in one frame, as :meth:`score_one` would score it: the same
         private copies of its inputs (:meth:`Reward.kwargs`), the same call, the same check that the call left
         them unchanged (:meth:`check_inputs`), the same verdict (:func:`judge`) and outcome; the rest takes
-        :meth:`score_one`. Tests hold both to the same outcomes."""
+        :meth:`score_one`. Tests hold both to the same outcomes.
+
+        A trainer-native function with a pointwise adapter step (``__reward_scalar__``, see
+        :class:`pytest_reward.styles.ScalarStep`) is called through it: on the sample's own objects when the step
+        can hand the function none of them that could change (nothing to copy, nothing to check: verl's usual row,
+        whose ``extra_info`` the adapter copies itself and whose other inputs are strings and numbers), else on
+        private copies checked after the call as above; a finite number is judged here without building the
+        ``EvaluateResult`` (as :func:`judge` judges that result)."""
         reward, gates = self.reward, self.fn.gates
         score_one = self.score_one
         if self.runs != 1 or self.timeout is not None or not reward.plain or gates.metrics:
@@ -385,27 +392,31 @@ class Invoker:
         clock, isfinite = time.perf_counter, math.isfinite
         # A trainer-native function's own return and what its adapter makes a result of (styles.native_reward): a
         # finite number is judged here without building the EvaluateResult, as judge judges that result.
-        raw, to_result = getattr(fn, "__reward_scalar__", None) or (None, None)
-        threshold, tolerated = gates.threshold, gates.pass_rate is not None
-        if raw is not None:
+        scalar = getattr(fn, "__reward_scalar__", None)
+        raw = to_result = direct = reaches = None
+        if scalar is not None:
+            raw, to_result, direct, reaches = scalar
             # the adapter reads the response's text from the messages and hands them to nothing: they need no
             # copy; what it passes on (the ground truth, the fields) is copied as for every call
             kwargs_of = reward.kwargs_owned
+        threshold, tolerated = gates.threshold, gates.pass_rate is not None
 
         def one(sample: Sample) -> SampleOutcome:
             if sample.expect is not None or (replay is not None and sample.recorded is not None):
                 return score_one(sample)
             start = clock()
             number = None
+            kwargs = None
             try:
-                kwargs = kwargs_of(
-                    sample.messages,
-                    sample.ground_truth if sample.has_ground_truth else MISSING,
-                    sample.kwargs,
-                )
                 try:
                     if raw is not None:
-                        value = raw(**kwargs)
+                        truth = sample.ground_truth if sample.has_ground_truth else None
+                        fields = sample.kwargs
+                        if reaches(truth, fields):
+                            kwargs = kwargs_of(sample.messages, truth, fields)
+                            value = raw(**kwargs)
+                        else:  # nothing of the sample's can change: its own objects, as they are
+                            value = direct(sample.messages, truth, fields)
                         if (value.__class__ is float or value.__class__ is int) and isfinite(
                             number := float(value)
                         ):
@@ -413,12 +424,18 @@ class Invoker:
                         else:
                             number, result = None, to_result(value)
                     else:
+                        kwargs = kwargs_of(
+                            sample.messages,
+                            sample.ground_truth if sample.has_ground_truth else MISSING,
+                            sample.kwargs,
+                        )
                         result = fn(**kwargs)
                 except RewardReturnError as exc:
                     raise invalid_return(name, exc.value, str(exc)) from None
                 if result is not None and result.__class__ is not EvaluateResult:
                     result = finish(result)
-                check_inputs(kwargs, sample)
+                if kwargs is not None:
+                    check_inputs(kwargs, sample)
             except Exception as exc:
                 return outcome(sample, None, error=describe_exception(exc), duration=clock() - start)
             duration = clock() - start

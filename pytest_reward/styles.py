@@ -45,7 +45,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 from .call import run_coroutine
 from .chat import render_chatml
@@ -227,6 +227,23 @@ def _result(score: Any, extras: Mapping[str, Any], fn_name: str, what: str) -> E
 _NO_EXTRAS: Mapping[str, Any] = MappingProxyType({})
 
 
+class ScalarStep(NamedTuple):
+    """A pointwise adapter's own step, for a caller scoring many samples that needs only the number
+    (``Invoker.sample_scorer``): ``native_reward`` exposes it as the wrapper's ``__reward_scalar__``."""
+
+    call: Callable[..., Any]
+    """``call(messages, ground_truth=None, **fields)``: the trainer function's own return for one call's keyword
+    arguments (the wrapper's, whose inputs are private copies)."""
+    to_result: Callable[[Any], EvaluateResult]
+    """What the adapter makes of that return."""
+    direct: Callable[[Any, Any, Mapping[str, Any]], Any]
+    """``direct(messages, ground_truth, fields)``: ``call`` on a sample's own objects, ``fields`` as one mapping
+    (read, never changed, never handed on), for when ``reaches`` says the function can change none of them."""
+    reaches: Callable[[Any, Mapping[str, Any]], bool]
+    """``reaches(ground_truth, fields)``: whether ``direct`` would hand the function an object of the caller's
+    that could be changed in place (a list, a dict, anything but a string, number, bool or None)."""
+
+
 def _scalar_or_dict(value: Any, fn_name: str) -> EvaluateResult:
     """verl's and slime's return: a number, or a dict with ``score`` and extras."""
     if value.__class__ is float or value.__class__ is int:  # _result's for a number without extras
@@ -311,9 +328,16 @@ def _trl(fn: Callable[..., Any], name: str, standard: bool) -> Callable[..., Any
     return call
 
 
+#: Classes of values a call can share with a sample without a copy: nothing can change them in place.
+_IMMUTABLE = frozenset((str, int, float, bool, type(None)))
+
+
 def _verl(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
-    def score(messages: list[dict[str, Any]], ground_truth: Any = None, **fields: Any) -> Any:
-        """What ``compute_score`` returns for one sample (awaited): :func:`_scalar_or_dict` makes the result."""
+    def step(messages: list[dict[str, Any]], ground_truth: Any, fields: Mapping[str, Any]) -> Any:
+        """What ``compute_score`` returns for one sample (awaited): :func:`_scalar_or_dict` makes the result. Reads
+        the response's text from ``messages`` and hands ``compute_score`` ``fields``' ``data_source``, a new
+        ``extra_info`` dict (``fields``' own, shallow-copied, plus ``num_turns`` and ``rollout_reward_scores``) and
+        ``ground_truth``: the objects of the caller's that the function can reach are those :func:`reaches` names."""
         response = _response(messages)
         extra_info = dict(fields.get("extra_info") or {})
         extra_info["num_turns"] = fields.get("num_turns")
@@ -328,13 +352,31 @@ def _verl(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
             value = _await(value)
         return value
 
+    def reaches(ground_truth: Any, fields: Mapping[str, Any]) -> bool:
+        """Whether :func:`step` would hand ``compute_score`` an object of the caller's that could be changed in
+        place: anything but a string, number, bool or None as the ground truth, ``data_source``, ``num_turns`` or
+        ``reward_scores``, or as a value of ``extra_info`` (whose dict itself is copied); an ``extra_info`` that is
+        not a dict (or None) counts too. False: nothing of the caller's can change, whatever the function does."""
+        get = fields.get
+        extra = get("extra_info")
+        if extra is not None and extra.__class__ is not dict:
+            return True
+        handed = (ground_truth, get("data_source"), get("num_turns"), get("reward_scores"))
+        return not (
+            _IMMUTABLE.issuperset(map(type, handed))
+            and (extra is None or _IMMUTABLE.issuperset(map(type, extra.values())))
+        )
+
+    def score(messages: list[dict[str, Any]], ground_truth: Any = None, **fields: Any) -> Any:
+        return step(messages, ground_truth, fields)
+
     def call(messages: list[dict[str, Any]], ground_truth: Any = None, **fields: Any) -> EvaluateResult:
-        return _scalar_or_dict(score(messages, ground_truth, **fields), name)
+        return _scalar_or_dict(step(messages, ground_truth, fields), name)
 
     def to_result(value: Any) -> EvaluateResult:
         return _scalar_or_dict(value, name)
 
-    call.__reward_scalar__ = (score, to_result)  # type: ignore[attr-defined]
+    call.__reward_scalar__ = ScalarStep(score, to_result, step, reaches)  # type: ignore[attr-defined]
     return call
 
 

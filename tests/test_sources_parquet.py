@@ -20,6 +20,8 @@ pq = pytest.importorskip("pyarrow.parquet")
 from pytest_reward.samples import Sample, SampleError  # noqa: E402
 from pytest_reward.sources import DatasetError, read_samples  # noqa: E402
 
+from .conftest import msgs  # noqa: E402
+
 VERL = """
     def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
         assert data_source == "openai/gsm8k" and extra_info["split"] == "test"
@@ -421,6 +423,54 @@ def test_a_verl_reward_changing_its_inputs_fails_its_own_row_in_file_granularity
     assert errors[0] is None and errors[3] is None
     assert "compute_score changed its input 'extra_info' in place" in errors[1]
     assert "compute_score changed its input 'ground_truth' in place" in errors[2]
+
+
+def test_a_verl_reward_is_handed_no_object_of_a_sample_unchecked(project):
+    """The verl adapter copies ``extra_info`` itself: a row whose other inputs are strings and numbers is scored on
+    its own objects (nothing it is handed can change them), every other row on private copies checked after the
+    call, in file granularity as in the threaded path; whatever it changes fails its own row, naming the input."""
+    project.file(
+        "my_reward.py",
+        """
+        def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+            extra_info["index"] = -1  # the adapter's own dict
+            extra_info.pop("split", None)
+            for value in (data_source, ground_truth, *extra_info.values()):
+                if isinstance(value, list):
+                    value.append("mine")
+                elif isinstance(value, dict):
+                    value["mine"] = True
+            return 1.0
+        """,
+    )
+    flat = {"data_source": "gsm8k", "ground_truth": "1", "extra_info": {"split": "test", "index": 0}}
+    variants = [
+        {},
+        {"ground_truth": ["1"]},
+        {"data_source": ["gsm8k"]},
+        {"extra_info": {"split": "test", "tags": ["t"]}},
+        {"extra_info": {"split": "test", "meta": {"k": 1}}},
+        {"num_turns": [1]},
+        {"reward_scores": {"other": 1.0}},
+        {"extra_info": None, "num_turns": 2, "reward_scores": 0.5},
+        {"extra_info": [["split", "test"]]},
+        {"extra_info": {"split": "test", "index": 3, "score": 0.5, "ok": True, "note": None}},
+    ]
+    project.jsonl("s.jsonl", [{"messages": msgs("q", "a"), **flat, **v} for v in variants])
+    args = ("--reward-samples", "s.jsonl", "--reward-fn", "verl:my_reward.py::compute_score")
+
+    def errors(*extra: str) -> list:
+        out = project.path / ("out" + "_".join(extra))
+        project.run(*args, "--reward-granularity", "file", "--reward-report", str(out), *extra)
+        return [json.loads(line)["error"] for line in (out / "results.jsonl").read_text().splitlines()]
+
+    in_file, threaded = errors(), errors("--reward-workers", "2")
+    assert in_file == threaded
+    changed = [None if e is None else e.split("changed its input ")[1].split(" in place")[0] for e in in_file]
+    assert changed == [
+        None, "'ground_truth'", "'data_source'", "'extra_info'", "'extra_info'", "'num_turns'", "'reward_scores'",
+        None, None, None,
+    ]  # fmt: skip
 
 
 def test_a_reward_changing_the_conversation_fails_and_the_report_shows_it_as_written(project):

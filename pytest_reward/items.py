@@ -7,6 +7,7 @@ Each item's ``runtest`` scores, records the outcome as report data (:mod:`pytest
 from __future__ import annotations
 
 import json
+import math
 import random
 import time
 import warnings
@@ -23,7 +24,7 @@ from .failure import RewardFailure, RewardRepr, describe_outcome, user_frames
 from .pytest_private import TerminalRepr, structured_node_id
 from .results import FAIL, TEXT_KEPT, GroupAccumulator, SampleOutcome, bound_texts, row_json
 from .samples import Sample, SampleError
-from .scoring import Invoker, error_outcome
+from .scoring import Invoker, Passed, error_outcome
 from .session import REWARD_DATA, RewardSession, session_key
 from .sources import read_samples
 from .wire import crash_data, file_data, outcomes_data
@@ -306,8 +307,10 @@ class _FileRun:
         """How this item's function has prompt-only samples rolled out; None: it has no model to do it."""
         return None
 
-    def _outcomes(self, notes: list[str]) -> Iterator[SampleOutcome]:
-        """The file's outcomes in file order, scored by the session's executor (``--reward-executor``)."""
+    def _outcomes(self, notes: list[str], passes: bool = False) -> Iterator[SampleOutcome | Passed]:
+        """The file's outcomes in file order, scored by the session's executor (``--reward-executor``); with
+        ``passes``, a sample that passed without metrics may come as a :data:`~pytest_reward.scoring.Passed`
+        tuple instead (``Executor.stream``)."""
         settings = self.rs.settings
         segment = self.SEGMENT
         batch = None
@@ -321,6 +324,7 @@ class _FileRun:
             batch=batch,
             rootdir=self.config.rootpath,
             notes=notes,
+            passes=passes,
         )
 
     def _entries(self) -> Iterator[Sample | SampleOutcome]:
@@ -403,8 +407,32 @@ class _FileRun:
         pending: list[str] = []  # rows written in blocks (≤ 4096 rows, ~1 MB), not one write call per sample
         pending_chars = 0
         notes: list[str] = []
+        worst = self.WORST
+        # Once ``lowest`` has been cut to the WORST lowest scores, its highest: a later score as high never makes
+        # them (ties go to the earlier sample), so a passing sample above it needs no outcome to be kept.
+        bar = math.inf
+        # Without rows to write or a record to keep, passing samples come as Passed tuples: folded by their score,
+        # their outcome made only for those kept below (the preview's reservoir, the lowest scores).
+        passes = rows is None and record is None
+        add_pass, passed_outcome, previews = acc.add_pass, invoker.passed_outcome, reservoir.size > 0
         try:
-            for outcome in self._outcomes(notes):
+            for outcome in self._outcomes(notes, passes):
+                if outcome.__class__ is tuple:
+                    score = outcome[1]
+                    add_pass(score)
+                    kept = None
+                    if previews:
+                        at = reservoir.place()
+                        if at is not None:
+                            kept = _kept(passed_outcome(*outcome))
+                            reservoir.put(at, kept)
+                    if score < bar:
+                        lowest.append(kept if kept is not None else _kept(passed_outcome(*outcome)))
+                        if len(lowest) > 4 * worst:
+                            lowest.sort(key=_by_score)
+                            del lowest[worst:]
+                            bar = _by_score(lowest[-1])
+                    continue
                 acc.add(outcome)
                 reservoir.offer(outcome)
                 if rows is not None or record is not None:
@@ -431,9 +459,10 @@ class _FileRun:
                         failing.append(outcome)
                 elif outcome.score is not None:
                     lowest.append(outcome)
-                    if len(lowest) > 4 * self.WORST:
+                    if len(lowest) > 4 * worst:
                         lowest.sort(key=_by_score)
-                        del lowest[self.WORST :]
+                        del lowest[worst:]
+                        bar = _by_score(lowest[-1])
         except ShipError as exc:
             pytest.fail(str(exc), pytrace=False)
         finally:
@@ -515,6 +544,13 @@ class RecordColumns:
         c["response"].append(outcome.response_hash)
 
 
+def _kept(outcome: SampleOutcome) -> SampleOutcome:
+    """An outcome a file item keeps, with bounded texts (as its fold bounds every kept outcome's)."""
+    if outcome.reason and len(outcome.reason) > TEXT_KEPT:
+        bound_texts(outcome)
+    return outcome
+
+
 def _by_score(outcome: SampleOutcome) -> float:
     return outcome.score if outcome.score is not None else float("-inf")
 
@@ -529,15 +565,26 @@ class Reservoir:
         self._rng = random.Random(repr(seed))
 
     def offer(self, outcome: SampleOutcome) -> None:
+        at = self.place()
+        if at is not None:
+            self.put(at, outcome)
+
+    def place(self) -> int | None:
+        """Where the stream's next outcome goes (:meth:`put` it there), or None: it is not kept. Draws what
+        :meth:`offer` draws: a caller may make the outcome only when it is kept."""
         if self.size <= 0:
-            return
+            return None
         self.seen += 1
         if len(self.items) < self.size:
-            self.items.append(outcome)
-            return
+            return len(self.items)
         j = self._rng.randrange(self.seen)
-        if j < self.size:
-            self.items[j] = outcome
+        return j if j < self.size else None
+
+    def put(self, at: int, outcome: SampleOutcome) -> None:
+        if at == len(self.items):
+            self.items.append(outcome)
+        else:
+            self.items[at] = outcome
 
 
 class BatchScheduler:

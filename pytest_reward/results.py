@@ -463,6 +463,15 @@ class GroupAccumulator:
             for name in self._gated_metrics - outcome.metrics.keys():
                 self.metric_errors[name] = self.metric_errors.get(name, 0) + 1
 
+    def add_pass(self, score: float) -> None:
+        """:meth:`add` of an outcome that passed with ``score`` (not None), no metrics and no extras, without the
+        outcome (a file item folds most of its samples this way)."""
+        self.n += 1
+        self.n_pass += 1
+        self.scores.append(score)
+        for name in self._gated_metrics:
+            self.metric_errors[name] = self.metric_errors.get(name, 0) + 1
+
     def extend(self, outcomes: Iterable[SampleOutcome]) -> None:
         for outcome in outcomes:
             self.add(outcome)

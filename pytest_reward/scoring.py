@@ -29,7 +29,16 @@ if TYPE_CHECKING:
     from .options import Settings
     from .samples import Sample
 
-__all__ = ["Checked", "DaemonPool", "FreshInput", "Invoker", "error_outcome", "merge_runs", "spread"]
+__all__ = [
+    "Checked",
+    "DaemonPool",
+    "FreshInput",
+    "Invoker",
+    "Passed",
+    "error_outcome",
+    "merge_runs",
+    "spread",
+]
 
 
 def merge_runs(results: Sequence[EvaluateResult], what: str = "runs") -> EvaluateResult:
@@ -73,6 +82,10 @@ Scored = tuple["EvaluateResult", "list[float] | None"]
 #: turn built for it alone, :func:`pytest_reward.call.owned_messages`), the sample's ground truth (``MISSING``: none)
 #: and its other fields.
 FreshInput = tuple["list[dict[str, Any]]", Any, "dict[str, Any] | None"]
+
+#: A sample that passed, as :meth:`Invoker.sample_scorer` gives it to a caller folding scores itself (``passes=True``):
+#: the sample, its score, the result's reason and the call's duration (:meth:`Invoker.passed_outcome`: its outcome).
+Passed = tuple["Sample", float, "str | None", float]
 
 #: What :meth:`Invoker.score_fresh` says of one input: the score (None: no valid score), whether the verdict is a
 #: pass, the result's reason, and the error when the call gave no result (it raised, timed out, returned something
@@ -368,7 +381,7 @@ class Invoker:
             )
         return self.outcome(sample, result, runs=runs, duration=time.perf_counter() - start)
 
-    def sample_scorer(self) -> Callable[[Sample], SampleOutcome]:
+    def sample_scorer(self, *, passes: bool = False) -> Callable[[Sample], SampleOutcome | Passed]:
         """:meth:`score_one` for a stream of samples scored one by one in this thread (file granularity, one
         worker). The usual sample (one run, no timeout, a :attr:`Reward.plain` function, no metric gates, no golden
         expectation or recorded score) is scored in one frame, as :meth:`score_one` would score it: the same
@@ -381,7 +394,11 @@ class Invoker:
         can hand the function none of them that could change (nothing to copy, nothing to check: verl's usual row,
         whose ``extra_info`` the adapter copies itself and whose other inputs are strings and numbers), else on
         private copies checked after the call as above; a finite number is judged here without building the
-        ``EvaluateResult`` (as :func:`judge` judges that result)."""
+        ``EvaluateResult`` (as :func:`judge` judges that result).
+
+        ``passes`` (a light invoker whose scores nobody reads back: :attr:`seen` None): a sample that passes
+        without metrics comes back as a :data:`Passed` tuple instead of its outcome, which
+        :meth:`passed_outcome` makes from it when a caller keeps it."""
         reward, gates = self.reward, self.fn.gates
         score_one = self.score_one
         if self.runs != 1 or self.timeout is not None or not reward.plain or gates.metrics:
@@ -401,7 +418,7 @@ class Invoker:
             kwargs_of = reward.kwargs_owned
         threshold, tolerated = gates.threshold, gates.pass_rate is not None
 
-        def one(sample: Sample) -> SampleOutcome:
+        def one(sample: Sample) -> SampleOutcome | Passed:
             if sample.expect is not None or (replay is not None and sample.recorded is not None):
                 return score_one(sample)
             start = clock()
@@ -442,6 +459,8 @@ class Invoker:
             if not self.light or self.seen is not None:
                 return outcome(sample, to_result(value) if result is None else result, duration=duration)
             if number is not None:  # judge's verdict on the result of a finite number (valid, no metrics)
+                if passes and (threshold is None or number >= threshold):
+                    return sample, number, None, duration
                 failures: list[str] = []
                 below: list[str] = []
                 if threshold is not None and number < threshold:
@@ -451,6 +470,8 @@ class Invoker:
             else:
                 assert result is not None
                 verdict, score, metrics, failures, below = judge(result, gates, None)
+                if passes and verdict == PASS and not metrics:
+                    return sample, score, result.reason, duration
                 valid, reason = bool(result.is_score_valid), result.reason
             return SampleOutcome(
                 function=function,
@@ -471,6 +492,29 @@ class Invoker:
             )
 
         return one
+
+    def passed_outcome(
+        self, sample: Sample, score: float, reason: str | None, duration: float
+    ) -> SampleOutcome:
+        """The outcome of a sample that :meth:`sample_scorer` (``passes=True``) gave as a :data:`Passed` tuple:
+        the light outcome it would have returned instead."""
+        return SampleOutcome(
+            function=self.fn.name,
+            file=self.file_label,
+            line=sample.line,
+            sample_id=sample.label,
+            key="",
+            response_hash=None,
+            verdict=PASS,
+            score=score,
+            is_score_valid=True,
+            reason=reason,
+            metrics={},
+            failures=[],
+            below=[],
+            duration=duration,
+            sample=sample,
+        )
 
     def score_chunk(self, samples: Sequence[Sample]) -> list[SampleOutcome]:
         """Score a chunk with a batch-mode function, never raising."""

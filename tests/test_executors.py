@@ -508,3 +508,52 @@ def test_workers_import_the_reward_modules_while_pytest_collects(project):
     assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
     importers = {int(p.name.rsplit("-", 1)[1]) for p in project.path.glob("imported-by-*")}
     assert len(importers) == 3, importers
+
+
+# A pointwise function and a verl one whose scores tie and pass mostly (file items fold passing samples by their
+# score, and make an outcome only for those they keep), with failures, a late lower score and a long reason.
+FOLDED = """
+    from pytest_reward import reward_function
+
+    def score_of(i):
+        if i % 50 == 13:
+            return 0.2  # fails the threshold
+        if i == 290:
+            return 0.45  # the lowest passing score, late in the file
+        return 0.5 + (i % 7) / 20  # ties: every seventh sample scores 0.5
+
+    @reward_function
+    def tied(messages, ground_truth=None, **kwargs):
+        i = int(ground_truth)
+        return {"score": score_of(i), "reason": "x" * 3000 if i == 290 else f"sample {i}"}
+
+    def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+        return score_of(int(ground_truth))
+"""
+
+
+@pytest.mark.parametrize("fn", ["rewards.py::tied", "verl:rewards.py::compute_score"])
+def test_passing_samples_folded_by_score_give_every_executors_summary_lowest_and_preview(project, fn):
+    project.file("rewards.py", FOLDED)
+    project.jsonl("s.jsonl", [{"messages": msgs(f"{i}?", f"{i}"), "ground_truth": str(i)} for i in range(300)])
+    args = ["--reward-samples", "s.jsonl", "--reward-fn", fn, "--reward-granularity", "file",
+            "--reward-threshold", "0.4", "--reward-preview", "7"]  # fmt: skip
+
+    def kept(outcomes: tuple) -> list[tuple]:
+        return [(o.line, o.sample_id, o.key, o.verdict, o.score, o.reason, o.failures, o.user, o.response) for o in outcomes]  # fmt: skip
+
+    def seen(*extra: str) -> tuple:
+        (group,) = project.result(*args, *extra).groups
+        return group.verdict, group.summary.to_dict(), kept(group.outcomes), kept(group.preview_pool)
+
+    folded = seen()
+    verdict, summary, lowest, preview = folded
+    assert verdict == "FAIL" and (summary["n"], summary["n_fail"], summary["n_pass"]) == (300, 6, 294)
+    # the six failures, then the lowest passing scores: the late 0.45, then the ties at 0.5 in file order
+    assert [line for line, *_ in lowest] == [14, 64, 114, 164, 214, 264, 291, 1, 8, 15, 22, 29, 36, 43, 50, 57, 71, 78, 85, 92]  # fmt: skip
+    assert lowest[6][4] == 0.45 and all(o[4] == 0.5 for o in lowest[7:])
+    if fn == "rewards.py::tied":
+        assert lowest[6][5].startswith("x" * 2000) and "the whole text is in results.jsonl" in lowest[6][5]
+    assert len(preview) == 7 and len({p[0] for p in preview}) == 7
+    for extra in (["--reward-workers", "2"], ["--reward-executor", "process", "--reward-workers", "2"]):
+        assert seen(*extra) == folded, extra

@@ -42,7 +42,7 @@ from .worker import FunctionRef, ShipError, encode_samples
 if TYPE_CHECKING:
     from ..discovery import RewardFn
     from ..samples import Sample
-    from ..scoring import Invoker
+    from ..scoring import Invoker, Passed
 
 __all__ = [
     "EXECUTORS",
@@ -90,12 +90,16 @@ class Executor:
         batch: int | None,
         rootdir: Path,
         notes: list[str],
-    ) -> Iterator[SampleOutcome]:
+        passes: bool = False,
+    ) -> Iterator[SampleOutcome | Passed]:
         """Outcomes for ``entries``, in their order: each sample scored, each outcome passed through.
 
         ``segment``: samples with responses are scored in runs of at most this many (memory stays flat; for a
         batch-mode function, batches restart at each run, as in every executor). ``batch``: the batch size of a
-        batch-mode function (None: pointwise). ``notes``: what the item should tell the user (retries)."""
+        batch-mode function (None: pointwise). ``notes``: what the item should tell the user (retries).
+        ``passes``: the caller (a light invoker's file item) folds passing scores itself, so a sample that passes
+        without metrics may come as a :data:`~pytest_reward.scoring.Passed` tuple instead of its outcome
+        (``invoker.passed_outcome(*passed)`` is that outcome); an executor may always give outcomes."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -119,11 +123,12 @@ class InProcess(Executor):
         batch: int | None,
         rootdir: Path,
         notes: list[str],
-    ) -> Iterator[SampleOutcome]:
+        passes: bool = False,
+    ) -> Iterator[SampleOutcome | Passed]:
         if batch is None and self.workers <= 1:
             # One sample at a time, in this thread: nothing is held back (a segment of samples kept alive would
             # only outlive the young garbage collections and make the full ones frequent).
-            score = invoker.sample_scorer()
+            score = invoker.sample_scorer(passes=passes)
             for entry in entries:
                 yield entry if entry.__class__ is SampleOutcome else score(entry)  # type: ignore[misc,arg-type]
             return
@@ -264,7 +269,8 @@ class RemoteExecutor(Executor):
         batch: int | None,
         rootdir: Path,
         notes: list[str],
-    ) -> Iterator[SampleOutcome]:
+        passes: bool = False,
+    ) -> Iterator[SampleOutcome | Passed]:
         ref = FunctionRef.of(invoker, rootdir, batch_size=batch or 32, executor=self.name)
         self.start()
         capacity = max(1, self._capacity())

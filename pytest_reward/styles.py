@@ -357,15 +357,21 @@ def _verl(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
         place: anything but a string, number, bool or None as the ground truth, ``data_source``, ``num_turns`` or
         ``reward_scores``, or as a value of ``extra_info`` (whose dict itself is copied); an ``extra_info`` that is
         not a dict (or None) counts too. False: nothing of the caller's can change, whatever the function does."""
-        get = fields.get
-        extra = get("extra_info")
-        if extra is not None and extra.__class__ is not dict:
+        get, immutable = fields.get, _IMMUTABLE
+        if (
+            ground_truth.__class__ not in immutable
+            or get("data_source").__class__ not in immutable
+            or get("num_turns").__class__ not in immutable
+            or get("reward_scores").__class__ not in immutable
+        ):
             return True
-        handed = (ground_truth, get("data_source"), get("num_turns"), get("reward_scores"))
-        return not (
-            _IMMUTABLE.issuperset(map(type, handed))
-            and (extra is None or _IMMUTABLE.issuperset(map(type, extra.values())))
-        )
+        extra = get("extra_info")
+        if extra.__class__ is dict:
+            for value in extra.values():  # noqa: SIM110 (any() over a generator costs twice this loop)
+                if value.__class__ not in immutable:
+                    return True
+            return False
+        return extra is not None
 
     def score(messages: list[dict[str, Any]], ground_truth: Any = None, **fields: Any) -> Any:
         return step(messages, ground_truth, fields)

@@ -32,6 +32,7 @@ from .errors import SampleFormatError
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
     "MAX_DEPTH",
+    "NO_GROUND_TRUTH",
     "Expect",
     "Sample",
     "SampleError",
@@ -50,6 +51,8 @@ DEFAULT_MAX_LINE_BYTES = 8 * 1024 * 1024
 MAX_DEPTH = 128
 _BOM = b"\xef\xbb\xbf"
 _MISSING: Any = object()
+#: ``Sample.ground_truth`` of a sample that has none (``Sample.has_ground_truth`` is False).
+NO_GROUND_TRUTH: Any = _MISSING
 _RESERVED = frozenset(("messages", "prompt", "id", "ground_truth", "ground_truth_for_eval", "expect"))
 
 

@@ -42,6 +42,7 @@ from .chat import conversation
 from .errors import SampleFormatError
 from .samples import (
     DEFAULT_MAX_LINE_BYTES,
+    NO_GROUND_TRUTH,
     Sample,
     SampleError,
     count_lines,
@@ -388,6 +389,8 @@ def _record(row: dict[str, Any], mapping: dict[str, str], forwarded: list[str]) 
 #: Names a record may hold that :func:`samples.parse_record` reads specially: a batch whose mapping or forwarded
 #: columns include one of them is read row by row.
 _ROW_BY_ROW = frozenset(("messages", "id", "expect", "ground_truth_for_eval", "input", "output"))
+#: Mapping targets a columnar plan reads as columns of their own; every other target is a keyword argument.
+_ROW_TARGETS = frozenset(("prompt", "response", "ground_truth"))
 
 
 class _Plan:
@@ -409,7 +412,8 @@ class _Plan:
         self.names = [*forwarded, *(t for t in mapping if t not in ("prompt", "response", "ground_truth"))]
 
     def samples(self, batch: Any, path: Path, start: int, keyed: Any) -> Iterator[Sample | SampleError]:
-        columns = {c: batch.column(c).to_pylist() for c in self.forwarded}
+        columns: dict[str, list[Any]] = {}
+        keywords = {c: batch.column(c) for c in self.forwarded}  # the keyword arguments' arrays
         odd: set[int] = set()  # rows read as rows: a struct on a mapped path is null there
         for target, parts in self.paths.items():
             array = batch.column(parts[0])
@@ -417,16 +421,25 @@ class _Plan:
                 if array.null_count:
                     odd.update(i for i, null in enumerate(array.is_null().to_pylist()) if null)
                 array = array.field(part)
-            columns[target] = array.to_pylist()
+            if target in _ROW_TARGETS:
+                columns[target] = array.to_pylist()
+            else:
+                keywords[target] = array
         n = batch.num_rows
         names = self.names
-        rows = zip(*(columns[c] for c in names), strict=True) if names else itertools.repeat((), n)
+        if names:  # each row's keyword arguments as a dict (built by pyarrow), keys in the row path's order
+            pa = _pyarrow()
+            kwargs_of = pa.StructArray.from_arrays([keywords[c] for c in names], names=names).to_pylist()
+        else:
+            kwargs_of = [{} for _ in range(n)]
         responses = columns.get("response") or itertools.repeat(None, n)
         truths = columns["ground_truth"] if self.truth else itertools.repeat(None, n)
         roles: set[str] = set()  # roles already checked (non-empty, not blank)
         mapping, forwarded, truth = self.mapping, self.forwarded, self.truth
-        for i, prompt, response, ground_truth, values in zip(
-            range(n), columns["prompt"], responses, truths, rows, strict=True
+        # a run that stores no per-sample data: each sample made with the empty key (what keyer(False) gives it)
+        keyless = keyed is keyer(False)
+        for i, prompt, response, ground_truth, kwargs in zip(
+            range(n), columns["prompt"], responses, truths, kwargs_of, strict=True
         ):
             usual = prompt.__class__ is list and bool(prompt) and i not in odd
             if usual:
@@ -452,15 +465,16 @@ class _Plan:
             if not usual:
                 yield _row_sample(batch.slice(i, 1).to_pylist()[0], mapping, forwarded, path, row, keyed)
                 continue
-            kwargs = dict(zip(names, values, strict=True))
             record = kwargs.copy()
             record["messages"] = prompt
             if truth:
                 record["ground_truth"] = ground_truth
-                sample = Sample(path, row, None, prompt, None, ground_truth, None, kwargs, record)
             else:  # the sample has no ground truth (the field's default)
-                sample = Sample(path, row, None, prompt, None, kwargs=kwargs, record=record)
-            sample.unit = "row"
+                ground_truth = NO_GROUND_TRUTH
+            if keyless:  # positional: ..., kwargs, record, _key, _response, recorded, unit
+                yield Sample(path, row, None, prompt, None, ground_truth, None, kwargs, record, "", None, None, "row")
+                continue
+            sample = Sample(path, row, None, prompt, None, ground_truth, None, kwargs, record, unit="row")
             try:
                 yield keyed(sample)
             except (TypeError, ValueError) as exc:  # a value JSON cannot hold, in a keyed run

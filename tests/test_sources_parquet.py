@@ -369,6 +369,22 @@ def test_columnar_read_gives_each_row_what_the_row_path_gives(tmp_path):
     assert [(s.messages, s.ground_truth, s.kwargs, s.key) for s in again] == [
         (s.messages, s.ground_truth, s.kwargs, s.key) for s in by_row.values()
     ]
+    # a run that stores no per-sample data reads the same samples and errors, with the empty key
+    keyless = list(read_samples(tmp_path / "odd.parquet", fields={"response": "response"}, keys=False))
+    assert [(o.line, o.message) for o in keyless if isinstance(o, SampleError)] == sorted(errors.items())
+    keyless_by_row = {o.line: o for o in keyless if isinstance(o, Sample)}
+    assert keyless_by_row == by_row  # key and response hash aside (not compared)
+    assert {(s.key, s.response_hash) for s in keyless_by_row.values()} == {("", None)}
+    assert all(s.unit == "row" for s in keyless_by_row.values())
+    # without a ground truth column: samples without one, keyed or not
+    rows = [{"prompt": [{"role": "user", "content": f"q{i}"}], "response": f"a{i}", "n": i} for i in range(3)]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "plain.parquet")
+    for keys in (True, False):
+        got = list(read_samples(tmp_path / "plain.parquet", fields={"response": "response"}, keys=keys))
+        assert [(s.messages[-1]["content"], s.kwargs, s.has_ground_truth, s.unit) for s in got] == [
+            (f"a{i}", {"n": i}, False, "row") for i in range(3)
+        ]
+        assert (got[0].key == "") is not keys
 
 
 def test_messages_with_more_fields_and_paths_the_schema_lacks_are_read_row_by_row(tmp_path):

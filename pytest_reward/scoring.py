@@ -22,7 +22,7 @@ from .chat import conversation_excerpt
 from .errors import InvalidResult, RewardReturnError, RewardTimeout
 from .models import EvaluateResult
 from .results import BELOW, FAIL, PASS, SampleOutcome, judge
-from .samples import Bound, Expect
+from .samples import NO_GROUND_TRUTH, Bound, Expect
 
 if TYPE_CHECKING:
     from .discovery import RewardFn
@@ -410,9 +410,9 @@ class Invoker:
         # A trainer-native function's own return and what its adapter makes a result of (styles.native_reward): a
         # finite number is judged here without building the EvaluateResult, as judge judges that result.
         scalar = getattr(fn, "__reward_scalar__", None)
-        raw = to_result = direct = reaches = None
+        raw = to_result = direct = shared = None
         if scalar is not None:
-            raw, to_result, direct, reaches = scalar
+            raw, to_result, direct, shared = scalar
             # the adapter reads the response's text from the messages and hands them to nothing: they need no
             # copy; what it passes on (the ground truth, the fields) is copied as for every call
             kwargs_of = reward.kwargs_owned
@@ -427,13 +427,14 @@ class Invoker:
             try:
                 try:
                     if raw is not None:
-                        truth = sample.ground_truth if sample.has_ground_truth else None
-                        fields = sample.kwargs
-                        if reaches(truth, fields):
-                            kwargs = kwargs_of(sample.messages, truth, fields)
+                        truth = sample.ground_truth
+                        if truth is NO_GROUND_TRUTH:
+                            truth = None
+                        # the sample's own objects, when nothing it is handed can change; else private copies
+                        value = direct(sample.messages, truth, sample.kwargs)
+                        if value is shared:
+                            kwargs = kwargs_of(sample.messages, truth, sample.kwargs)
                             value = raw(**kwargs)
-                        else:  # nothing of the sample's can change: its own objects, as they are
-                            value = direct(sample.messages, truth, fields)
                         if (value.__class__ is float or value.__class__ is int) and isfinite(
                             number := float(value)
                         ):

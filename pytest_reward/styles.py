@@ -237,11 +237,11 @@ class ScalarStep(NamedTuple):
     to_result: Callable[[Any], EvaluateResult]
     """What the adapter makes of that return."""
     direct: Callable[[Any, Any, Mapping[str, Any]], Any]
-    """``direct(messages, ground_truth, fields)``: ``call`` on a sample's own objects, ``fields`` as one mapping
-    (read, never changed, never handed on), for when ``reaches`` says the function can change none of them."""
-    reaches: Callable[[Any, Mapping[str, Any]], bool]
-    """``reaches(ground_truth, fields)``: whether ``direct`` would hand the function an object of the caller's
-    that could be changed in place (a list, a dict, anything but a string, number, bool or None)."""
+    """``direct(messages, ground_truth, fields)``: ``call`` on a sample's own objects (``fields`` as one mapping,
+    read, never handed on) when it would hand the function none of them that could be changed in place (lists,
+    dicts, anything but strings, numbers, bools and None); else ``shared``, without calling."""
+    shared: Any
+    """What ``direct`` returns when it does not call."""
 
 
 def _scalar_or_dict(value: Any, fn_name: str) -> EvaluateResult:
@@ -332,12 +332,23 @@ def _trl(fn: Callable[..., Any], name: str, standard: bool) -> Callable[..., Any
 _IMMUTABLE = frozenset((str, int, float, bool, type(None)))
 
 
+class _Shared:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "SHARED"
+
+
+#: What :attr:`ScalarStep.direct` returns instead of calling: the call would share an object that could change.
+SHARED: Any = _Shared()
+
+
 def _verl(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
     def step(messages: list[dict[str, Any]], ground_truth: Any, fields: Mapping[str, Any]) -> Any:
-        """What ``compute_score`` returns for one sample (awaited): :func:`_scalar_or_dict` makes the result. Reads
-        the response's text from ``messages`` and hands ``compute_score`` ``fields``' ``data_source``, a new
-        ``extra_info`` dict (``fields``' own, shallow-copied, plus ``num_turns`` and ``rollout_reward_scores``) and
-        ``ground_truth``: the objects of the caller's that the function can reach are those :func:`reaches` names."""
+        """What ``compute_score`` returns for one sample (awaited): :func:`_scalar_or_dict` makes the result. It
+        is handed the response's text (read from ``messages``), ``fields``' ``data_source``, ``ground_truth`` and
+        a new ``extra_info`` dict (``fields``' own, shallow-copied, plus ``num_turns`` and
+        ``rollout_reward_scores``)."""
         response = _response(messages)
         extra_info = dict(fields.get("extra_info") or {})
         extra_info["num_turns"] = fields.get("num_turns")
@@ -352,26 +363,40 @@ def _verl(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
             value = _await(value)
         return value
 
-    def reaches(ground_truth: Any, fields: Mapping[str, Any]) -> bool:
-        """Whether :func:`step` would hand ``compute_score`` an object of the caller's that could be changed in
-        place: anything but a string, number, bool or None as the ground truth, ``data_source``, ``num_turns`` or
-        ``reward_scores``, or as a value of ``extra_info`` (whose dict itself is copied); an ``extra_info`` that is
-        not a dict (or None) counts too. False: nothing of the caller's can change, whatever the function does."""
+    def direct(messages: list[dict[str, Any]], ground_truth: Any, fields: Mapping[str, Any]) -> Any:
+        """:func:`step` on a sample's own objects when it hands ``compute_score`` none that could change (the
+        ground truth, ``data_source``, ``num_turns``, ``reward_scores`` and ``extra_info``'s values all strings,
+        numbers, bools or None; ``extra_info`` a dict or None): then nothing of the caller's can change, whatever
+        the function does. Else :data:`SHARED`, without calling."""
         get, immutable = fields.get, _IMMUTABLE
+        source, extra, turns, scores = get("data_source"), get("extra_info"), get("num_turns"), get("reward_scores")
         if (
             ground_truth.__class__ not in immutable
-            or get("data_source").__class__ not in immutable
-            or get("num_turns").__class__ not in immutable
-            or get("reward_scores").__class__ not in immutable
+            or source.__class__ not in immutable
+            or turns.__class__ not in immutable
+            or scores.__class__ not in immutable
         ):
-            return True
-        extra = get("extra_info")
+            return SHARED
         if extra.__class__ is dict:
-            for value in extra.values():  # noqa: SIM110 (any() over a generator costs twice this loop)
+            for value in extra.values():
                 if value.__class__ not in immutable:
-                    return True
-            return False
-        return extra is not None
+                    return SHARED
+            extra_info = extra.copy()
+        elif extra is None:
+            extra_info = {}
+        else:
+            return SHARED
+        extra_info["num_turns"] = turns
+        extra_info["rollout_reward_scores"] = scores or {}
+        last = messages[-1] if messages else None
+        if last.__class__ is dict and last.get("role") == "assistant" and last.get("content").__class__ is str:
+            response = last["content"]  # _response's text of the usual last turn
+        else:
+            response = _response(messages)
+        value = fn(data_source=source, solution_str=response, ground_truth=ground_truth, extra_info=extra_info)
+        if value.__class__ is not float and value.__class__ is not int:  # a number is no coroutine
+            value = _await(value)
+        return value
 
     def score(messages: list[dict[str, Any]], ground_truth: Any = None, **fields: Any) -> Any:
         return step(messages, ground_truth, fields)
@@ -382,7 +407,7 @@ def _verl(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
     def to_result(value: Any) -> EvaluateResult:
         return _scalar_or_dict(value, name)
 
-    call.__reward_scalar__ = ScalarStep(score, to_result, step, reaches)  # type: ignore[attr-defined]
+    call.__reward_scalar__ = ScalarStep(score, to_result, direct, SHARED)  # type: ignore[attr-defined]
     return call
 
 

@@ -346,6 +346,11 @@ class _FileRun:
             fields=settings.fields_for(self.fn.gates),
         )
         for record in records:
+            if record.__class__ is Sample and record.id is None:
+                messages = record.messages
+                if messages and messages[-1].get("role") != "user":  # the usual sample: answered, no id to check
+                    yield record
+                    continue
             problem = None
             if isinstance(record, SampleError):
                 problem = record.message

@@ -413,8 +413,9 @@ class Invoker:
         raw = to_result = direct = shared = None
         if scalar is not None:
             raw, to_result, direct, shared = scalar
-            # the adapter reads the response's text from the messages and hands them to nothing: they need no
-            # copy; what it passes on (the ground truth, the fields) is copied as for every call
+            # when the step would share something (direct gives `shared`): the adapter reads the response's text
+            # from the messages and hands them to nothing, so they need no copy; what it passes on (the ground
+            # truth, the fields) is copied as for every call, and checked after it
             kwargs_of = reward.kwargs_owned
         threshold, tolerated = gates.threshold, gates.pass_rate is not None
 

@@ -529,10 +529,23 @@ FOLDED = """
 
     def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
         return score_of(int(ground_truth))
+
+    @reward_function
+    def mixed(messages, ground_truth=None, **kwargs):
+        i = int(ground_truth)
+        if i % 50 == 13:
+            raise ValueError(f"boom {i}")
+        if i % 50 == 27:  # passes, low, with metrics: kept among the lowest, as an outcome all along
+            return {"score": 0.41, "metrics": {"m": {"score": 0.5, "reason": "half"}}}
+        if i % 50 == 31:
+            return {"score": 0.9, "is_score_valid": False, "reason": "unsure"}
+        if i % 50 == 41:
+            return {"score": float("nan")}
+        return {"score": score_of(i), "reason": f"sample {i}"}
 """
 
 
-@pytest.mark.parametrize("fn", ["rewards.py::tied", "verl:rewards.py::compute_score"])
+@pytest.mark.parametrize("fn", ["rewards.py::tied", "verl:rewards.py::compute_score", "rewards.py::mixed"])
 def test_passing_samples_folded_by_score_give_every_executors_summary_lowest_and_preview(project, fn):
     project.file("rewards.py", FOLDED)
     project.jsonl("s.jsonl", [{"messages": msgs(f"{i}?", f"{i}"), "ground_truth": str(i)} for i in range(300)])
@@ -548,12 +561,17 @@ def test_passing_samples_folded_by_score_give_every_executors_summary_lowest_and
 
     folded = seen()
     verdict, summary, lowest, preview = folded
+    assert len(preview) == 7 and len({p[0] for p in preview}) == 7
+    for extra in (["--reward-workers", "2"], ["--reward-executor", "process", "--reward-workers", "2"]):
+        assert seen(*extra) == folded, extra
+    if fn == "rewards.py::mixed":
+        assert verdict == "FAIL" and (summary["n"], summary["n_fail"], summary["n_pass"]) == (300, 18, 282)
+        assert [line for line, *_ in lowest[18:]] == [28, 78]  # 18 failures, then the two lowest passing scores
+        assert [o[4] for o in lowest[18:]] == [0.41, 0.41]
+        return
     assert verdict == "FAIL" and (summary["n"], summary["n_fail"], summary["n_pass"]) == (300, 6, 294)
     # the six failures, then the lowest passing scores: the late 0.45, then the ties at 0.5 in file order
     assert [line for line, *_ in lowest] == [14, 64, 114, 164, 214, 264, 291, 1, 8, 15, 22, 29, 36, 43, 50, 57, 71, 78, 85, 92]  # fmt: skip
     assert lowest[6][4] == 0.45 and all(o[4] == 0.5 for o in lowest[7:])
     if fn == "rewards.py::tied":
         assert lowest[6][5].startswith("x" * 2000) and "the whole text is in results.jsonl" in lowest[6][5]
-    assert len(preview) == 7 and len({p[0] for p in preview}) == 7
-    for extra in (["--reward-workers", "2"], ["--reward-executor", "process", "--reward-workers", "2"]):
-        assert seen(*extra) == folded, extra

@@ -201,7 +201,7 @@ def bench_overhead(name: str, fn: Any, n: int, rounds: int) -> dict[str, Any]:
         view = ProbeSample._of
         for probe, _ in probes:
             mutate, p = probe.mutate, prefix[probe.name]
-            for _index, _sample, text, fields_of_view, messages, _private, _truth, _fields in prepared:
+            for _index, _sample, text, fields_of_view, messages, *_ in prepared:
                 new = mutate(text, view(*fields_of_view, p))
                 if new is not None:
                     with_response_text(messages, new)

@@ -25,10 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .call import MISSING, describe_exception, owned_messages, private_copy
+from .call import MISSING, describe_exception, invalid_return, owned_messages, private_copy
+from .errors import RewardReturnError
 from .executors import InProcess, RewardExecutorWarning, ShipError
 from .failure import RewardFailure, RewardRepr, user_frames
 from .items import apply_marks
+from .models import EvaluateResult
 from .probes import (
     Probe,
     ProbeRegistry,
@@ -173,13 +175,16 @@ class ProbeTarget:
     def _prepare(self, block: list[tuple[int, Sample, str]]) -> list[Prepared]:
         orig = self.originals()
         scores, passed = orig.scores, orig.passed
+        inline = self.invoker.inline_call() is not None
         out: list[Prepared] = []
+        floor = orig.floor
         for index, sample, text in block:
             original: float | None = scores[index]
             if original != original:  # NaN: no valid score
                 original = None
             messages = sample.messages or []
             private = private_copy(messages)
+            shared, shared_original = _shared(private, messages)
             has_truth = sample.has_ground_truth
             truth = sample.ground_truth if has_truth else None
             fields = sample.kwargs
@@ -195,7 +200,32 @@ class ProbeTarget:
                 bool(passed[index]),
             )
             call_truth = truth if has_truth else MISSING
-            out.append((index, sample, text, view, messages, private, call_truth, fields))
+            if (
+                inline
+                and not fields
+                and call_truth.__class__ is not list
+                and call_truth.__class__ is not dict
+            ):
+                direct = None if call_truth is MISSING else call_truth  # None: no ground truth to pass
+            else:
+                direct = GENERAL
+            ref = floor if original is None else original
+            out.append(
+                (
+                    index,
+                    sample,
+                    text,
+                    view,
+                    messages,
+                    private,
+                    call_truth,
+                    fields,
+                    direct,
+                    shared,
+                    shared_original,
+                    ref,
+                )
+            )
         return out
 
     def score(self, samples: list[Sample]) -> Iterator[Any]:
@@ -368,11 +398,41 @@ def run_probe(target: ProbeTarget, probe: Probe, rule: Rule) -> ProbeRun:
 
 #: One sample as every probe of a target reads it (:meth:`ProbeTarget.prepared`): its index among the answered
 #: samples, the sample, its response, the fields of its :class:`ProbeSample` (but the seed), its conversation and a
-#: private copy of it (what the calls on its mutations share: :func:`_scored_here`), the ground truth to call with
-#: (``MISSING``: none) and the other fields.
+#: private copy of it (what the calls on its mutations share: :func:`_run_here`), the ground truth to call with
+#: (``MISSING``: none), the other fields, and the ground truth :func:`_run_here` passes itself (None: none to pass)
+#: or ``GENERAL`` (the call goes through :meth:`Invoker.fresh_scorer`: fields, a list or dict ground truth, a
+#: function whose calls are not usual, :meth:`Invoker.inline_call`); then what of the private copy a call can reach
+#: and change and what it must still equal (:func:`_shared`), and the sample's own score the rules compare with
+#: (the floor when it has no valid score).
 Prepared = tuple[
-    int, Sample, str, tuple[Any, ...], "list[dict[str, Any]]", "list[dict[str, Any]]", Any, "dict[str, Any]"
+    int,
+    Sample,
+    str,
+    tuple[Any, ...],
+    "list[dict[str, Any]]",
+    "list[dict[str, Any]]",
+    Any,
+    "dict[str, Any]",
+    Any,
+    "list[Any]",
+    "list[Any]",
+    float,
 ]
+
+#: See :data:`Prepared`.
+GENERAL: Any = object()
+
+
+def _shared(private: list[Any], messages: list[Any]) -> tuple[list[Any], list[Any]]:
+    """What a call on one of the sample's mutations can reach of ``private`` (the sample's private copy of its
+    ``messages``), and what that must equal after the call: the call gets a list of its own, and a last turn of its
+    own that shares the private last turn's values but its content; so the turns before the last, and the last one
+    too when it holds a list or a dict besides its content (tool calls, multimodal parts), as the same objects."""
+    last = private[-1]
+    if any(v.__class__ is list or v.__class__ is dict for k, v in last.items() if k != "content"):
+        return private, messages
+    return private[:-1], messages[:-1]
+
 
 #: A scored mutation: the sample's index among the answered ones, the sample, its own response, the mutated one,
 #: and what its call gave (:data:`pytest_reward.scoring.Checked`: score, verdict is a pass, reason, error).
@@ -388,44 +448,88 @@ def _not_a_string(probe: Probe, new: Any) -> TypeError:
 
 def _run_here(run: ProbeRun, target: ProbeTarget, block: list[Prepared], orig: Originals) -> None:
     """``run``'s probe on ``block`` in this thread, without a timeout: each mutation is scored as soon as it is made
-    (:meth:`Invoker.fresh_scorer`) and checked, so that what one allocates is freed before the next is made.
+    and checked, so that what one allocates is freed before the next is made.
 
     A call gets a list and a last turn of its own, the mutated response in it; the turns before, and what the last
     turn holds besides its content, are the sample's private copy, shared by the calls on that sample's mutations
-    and compared with the sample's own conversation after each call: a call that changed them fails (its input
-    changed in place, as a sample's would) and the copy is made again. Nothing a call does reaches the sample, its
-    other probes or the counter-examples. The samples the probe leaves alone are skipped.
+    and compared with the sample's own conversation after each call (what of it a call can reach: :func:`_shared`):
+    a call that changed them fails (its input changed in place, as a sample's would) and the copy is made again.
+    Nothing a call does reaches the sample, its other probes or the counter-examples. The samples the probe leaves
+    alone are skipped.
 
-    :func:`_settle` checks what the lines here do not settle themselves: they settle only a call that gave a
-    result whose score keeps the rule without the rounding margin (and, for an ``info`` probe, does not pass), as
-    :func:`_settle` would."""
-    probe, rule = run.probe, run.rule
+    The usual call (:meth:`Invoker.inline_call`: a sample without fields, a ground truth that is neither a list nor
+    a dict) is made and judged in this loop, as :meth:`Invoker.fresh_scorer` makes and judges it; the others go
+    through ``fresh_scorer``. :func:`_settle` checks what the lines here do not settle themselves: they settle only
+    a call that gave a result whose score keeps the rule without the rounding margin (and, for an ``info`` probe,
+    does not pass), as :func:`_settle` would."""
+    probe, rule, invoker = run.probe, run.rule, target.invoker
     prefix = f"{target.settings.seed}:{probe.name}:"
     mutate, view = probe.mutate, ProbeSample._of
-    one = target.invoker.fresh_scorer()
+    one = invoker.fresh_scorer()
+    plan = invoker.inline_call()
+    fn, finish, name = plan[:3] if plan is not None else (None, None, "")
     threshold = target.fn.gates.threshold
     floor, ceiling, scores = orig.floor, orig.ceiling, orig.scores
     kind, tol, by_floor = rule.kind, rule.tol, rule.ref == "floor"
+    is_le, is_eq = kind == "<=", kind == "=="
+    limit = floor + tol  # "<= floor"; "<= original" adds tol to each original
+    isfinite, copy_turn = math.isfinite, dict.copy
+    passing_scores: dict[float, bool] = {}
     settled = passing = 0
     sum_original = sum_mutated = 0.0
-    for index, sample, text, fields_of_view, messages, private, truth, fields in block:
+    for (
+        index,
+        sample,
+        text,
+        fields_of_view,
+        messages,
+        private,
+        truth,
+        fields,
+        direct,
+        shared,
+        shared_original,
+        ref,
+    ) in block:
         new = mutate(text, view(*fields_of_view, prefix))
         if new is None:
             continue
-        if new.__class__ is not str and not isinstance(new, str):
+        if type(new) is not str and not isinstance(new, str):
             raise _not_a_string(probe, new)
         given = private.copy()
-        given[-1] = {**given[-1], "content": new}
-        score, verdict_pass, reason, error = one(given, truth, fields)
-        if private != messages:  # the call changed what the calls on this sample share
+        turn = copy_turn(given[-1])
+        turn["content"] = new
+        given[-1] = turn
+        if direct is GENERAL:
+            score, verdict_pass, reason, error = one(given, truth, fields)
+        else:  # fresh_scorer's usual call, in this frame
+            try:
+                result = fn(messages=given) if direct is None else fn(messages=given, ground_truth=direct)  # type: ignore[misc]
+                # the fields of our own result read from its __dict__: one attribute lookup instead of four
+                values = result.__dict__ if type(result) is EvaluateResult else _fields(finish(result))  # type: ignore[misc]
+                error = None
+            except RewardReturnError as exc:
+                values, error = None, describe_exception(invalid_return(name, exc.value, str(exc)))
+            except Exception as exc:
+                values, error = None, describe_exception(exc)
+            if values is None:
+                score, verdict_pass, reason = None, False, None
+            else:
+                score, reason = float(values["score"]), values["reason"]
+                if isfinite(score) and values["is_score_valid"] and not values["error"]:
+                    verdict_pass = threshold is None or score >= threshold
+                else:
+                    score, verdict_pass = None, False
+        if shared != shared_original:  # the call changed what the calls on this sample share
             private[:] = private_copy(messages)
-            score, verdict_pass, error = None, False, target.invoker.changed_error(["messages"])
+            if shared is not private:
+                shared[:] = private[:-1]
+            score, verdict_pass, error = None, False, invoker.changed_error(["messages"])
         if error is None:
-            original = scores[index]  # NaN: no valid score
             if score is None:  # no valid score: it earns nothing and does not pass
-                if kind != "==" or (not by_floor and original != original):
+                if not is_eq or (not by_floor and scores[index] != scores[index]):
                     settled += 1
-                    sum_original += floor if original != original else original
+                    sum_original += ref
                     sum_mutated += floor
                     continue
             else:
@@ -433,20 +537,22 @@ def _run_here(run: ProbeRun, target: ProbeTarget, block: list[Prepared], orig: O
                     passed = verdict_pass
                 elif score <= floor:
                     passed = False
-                else:
-                    passed = passes(
-                        score, verdict_pass=verdict_pass, threshold=None, floor=floor, ceiling=ceiling
-                    )
-                if kind == "<=":
-                    kept = score <= (floor if by_floor or original != original else original) + tol
-                elif kind == "==":
-                    kept = score == (floor if by_floor else original)
+                else:  # without a threshold, whether a score passes depends on the score alone
+                    passed = passing_scores.get(score)
+                    if passed is None:
+                        passed = passing_scores[score] = passes(
+                            score, verdict_pass=verdict_pass, threshold=None, floor=floor, ceiling=ceiling
+                        )
+                if is_le:
+                    kept = score <= (limit if by_floor else ref + tol)
+                elif is_eq:
+                    kept = score == (floor if by_floor else scores[index])  # NaN (no original): never equal
                 else:  # "not pass"; "info" keeps every rule, but a response that passes is what it reports
                     kept = not passed
                 if kept:
                     settled += 1
                     passing += passed
-                    sum_original += floor if original != original else original
+                    sum_original += ref
                     sum_mutated += score
                     continue
         _settle(run, orig, threshold, index, sample, text, new, score, verdict_pass, reason, error)
@@ -456,13 +562,23 @@ def _run_here(run: ProbeRun, target: ProbeTarget, block: list[Prepared], orig: O
     run.sum_mutated += sum_mutated
 
 
+def _fields(result: EvaluateResult) -> dict[str, Any]:
+    """What :func:`_run_here` reads of a result that is not exactly our ``EvaluateResult`` (a subclass's)."""
+    return {
+        "score": result.score,
+        "reason": result.reason,
+        "is_score_valid": result.is_score_valid,
+        "error": result.error,
+    }
+
+
 def _mutations(target: ProbeTarget, probe: Probe, block: list[Prepared]) -> list[tuple[Any, ...]]:
     """Every mutation of ``block``, to be scored together: ``(index, sample, text, new, messages, truth, fields)``
     with ``messages`` the sample's conversation (not yet ending with the mutation)."""
     prefix = f"{target.settings.seed}:{probe.name}:"
     mutate, view = probe.mutate, ProbeSample._of
     out = []
-    for index, sample, text, fields_of_view, messages, _, truth, fields in block:
+    for index, sample, text, fields_of_view, messages, _, truth, fields, *_ in block:
         new = mutate(text, view(*fields_of_view, prefix))
         if new is None:
             continue
@@ -496,31 +612,37 @@ def _settle(
     error: str | None,
 ) -> None:
     """Check ``run.rule`` on one scored mutation (:data:`Scored`): count it, and keep it when it is a
-    counter-example (or, for an ``info`` probe, a mutated response that passes)."""
+    counter-example (or, for an ``info`` probe, a mutated response that passes). Once the run keeps
+    :data:`EXAMPLES_KEPT` examples, the words of the next ones are not made (they would not be kept)."""
     rule = run.rule
     floor = orig.floor
     run.checked += 1
     original = orig.score(index)
     run.sum_original += floor if original is None else original
+    keep = len(run.examples) < EXAMPLES_KEPT
     if error is not None:  # the reward raised (or timed out) on a response a policy can produce
         run.errors += 1
         run.sum_mutated += floor
-        problem: str | None = "raised on the mutated response: " + error.splitlines()[0]
-        if rule.kind == "info":
-            _example(run, sample, text, new, original, None, problem, error)
-            return
-    else:
-        run.sum_mutated += floor if score is None else score
-        passed = score is not None and passes(
-            score, verdict_pass=verdict_pass, threshold=threshold, floor=floor, ceiling=orig.ceiling
-        )
-        run.passing += passed
-        problem = rule.check(score, original, floor, passed)
-        if rule.kind == "info" and passed:
-            _example(run, sample, text, new, original, score, f"passes ({score:.4g})", reason)
+        if rule.kind != "info":
+            run.broken += 1
+        if keep:
+            problem = "raised on the mutated response: " + error.splitlines()[0]
+            _example(run, sample, text, new, original, score if rule.kind != "info" else None, problem, error)
+        return
+    run.sum_mutated += floor if score is None else score
+    passed = score is not None and passes(
+        score, verdict_pass=verdict_pass, threshold=threshold, floor=floor, ceiling=orig.ceiling
+    )
+    run.passing += passed
+    if not keep:
+        run.broken += not rule.holds(score, original, floor, passed)
+        return
+    if rule.kind == "info" and passed:
+        _example(run, sample, text, new, original, score, f"passes ({score:.4g})", reason)
+    problem = rule.check(score, original, floor, passed)
     if problem is not None:
         run.broken += 1
-        _example(run, sample, text, new, original, score, problem, error or reason)
+        _example(run, sample, text, new, original, score, problem, reason)
 
 
 def _example(

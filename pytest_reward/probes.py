@@ -127,31 +127,41 @@ class Rule:
     def __str__(self) -> str:
         return self.text
 
+    def holds(self, score: float | None, original: float | None, floor: float, passed: bool) -> bool:
+        """Whether the mutated response's ``score`` (None: no valid score) keeps the rule (:meth:`check` without
+        the words: what a run counts once it keeps no more counter-examples). ``original``: the sample's own score
+        (None: it had none, the floor stands in); ``passed``: whether the mutated response passes (see
+        :func:`passes`)."""
+        kind = self.kind
+        if kind == "info":
+            return True
+        if kind == "not pass":
+            return not passed
+        ref = floor if self.ref == "floor" or original is None else original
+        if kind == "<=":
+            return score is None or score <= ref + self.tol + _eps(score, ref)
+        # "=="
+        if self.ref == "original" and original is None:
+            return score is None
+        return score is not None and abs(score - ref) <= self.tol + _eps(score, ref)
+
     def check(self, score: float | None, original: float | None, floor: float, passed: bool) -> str | None:
-        """None when the mutated response's ``score`` (None: no valid score) keeps the rule, else why not.
-        ``original``: the sample's own score (None: it had none, the floor stands in); ``passed``: whether the
-        mutated response passes (see :func:`passes`)."""
-        if self.kind == "info":
+        """None when the mutated response's ``score`` keeps the rule (:meth:`holds`), else why not."""
+        if self.holds(score, original, floor, passed):
             return None
         if self.kind == "not pass":
-            return f"it passes ({_g(score)})" if passed else None
+            return f"it passes ({_g(score)})"
         if self.ref == "floor":
             ref, name = floor, "floor"
         else:
             ref, name = (original if original is not None else floor), "original"
         if self.kind == "<=":
-            if score is None or score <= ref + self.tol + _eps(score, ref):
-                return None
             return f"score {_g(score)} > {name} {_g(ref)}" + (f" + {self.tol:g}" if self.tol else "")
         # "=="
         if self.ref == "original" and original is None:
-            if score is None:
-                return None
             return f"score {_g(score)} where the original had no valid score"
         if score is None:
             return f"no valid score where the {name} scored {_g(ref)}"
-        if abs(score - ref) <= self.tol + _eps(score, ref):
-            return None
         return f"score {_g(score)} ≠ {name} {_g(ref)}" + (f" ± {self.tol:g}" if self.tol else "")
 
 

@@ -265,6 +265,19 @@ class Invoker:
             else:
                 raise value
 
+    def inline_call(
+        self,
+    ) -> tuple[Callable[..., Any], Callable[[Any], EvaluateResult], str, float | None] | None:
+        """What a caller needs to make the usual call of :meth:`fresh_scorer` itself, in its own loop: the function,
+        :meth:`Reward.finish`, the function's name (for :func:`pytest_reward.call.invalid_return`) and the
+        threshold; None when the function's calls are not usual (``--reward-runs`` > 1, metric gates, a function
+        that is not :attr:`Reward.plain`). Only for inputs without fields and with a ground truth that is neither
+        a list nor a dict, called and judged as ``fresh_scorer``'s usual input is."""
+        gates, reward = self.fn.gates, self.reward
+        if self.runs != 1 or gates.metrics or not reward.plain:
+            return None
+        return reward.fn, reward.finish, reward.name, gates.threshold
+
     def fresh_scorer(self) -> Callable[[list[dict[str, Any]], Any, Any], Checked]:
         """``f(messages, ground_truth, fields) -> Checked``: one input of :meth:`score_fresh`, scored in this thread
         without a timeout (:meth:`score_fresh` applies one). The usual input (one run, no metric gates, no fields,
@@ -276,11 +289,11 @@ class Invoker:
         def general(messages: list[dict[str, Any]], ground_truth: Any, fields: Any) -> Checked:
             return fresh_one((messages, ground_truth, fields), _no_tick)
 
-        gates, reward = self.fn.gates, self.reward
-        if self.runs != 1 or gates.metrics or not reward.plain:
+        plan = self.inline_call()
+        if plan is None:
             return general
-        fn, finish, name = reward.fn, reward.finish, reward.name
-        threshold, isfinite = gates.threshold, math.isfinite
+        fn, finish, name, threshold = plan
+        isfinite = math.isfinite
 
         def one(messages: list[dict[str, Any]], ground_truth: Any, fields: Any) -> Checked:
             if fields or ground_truth.__class__ in (list, dict):

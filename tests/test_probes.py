@@ -535,6 +535,25 @@ def test_rule_checks():
     assert parse_rule("info").check(1.0, 0.0, 0.0, passed=True) is None
 
 
+SCORES = st.one_of(st.none(), st.sampled_from([0.0, 0.5, 1.0, 1.0 + 1e-12, -1.0]), st.floats(-10, 10))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(
+        ["<= floor", "<= original + 0.1", "<= original", "== original", "== floor ± 0.2", "not pass", "info"]
+    ),
+    SCORES,
+    SCORES,
+    st.floats(-10, 10),
+    st.booleans(),
+)
+def test_a_rule_holds_where_it_finds_no_problem(text, score, original, floor, passed):
+    """What a run counts once it keeps no more counter-examples (holds) agrees with what it shows (check)."""
+    rule = parse_rule(text)
+    assert rule.holds(score, original, floor, passed) == (rule.check(score, original, floor, passed) is None)
+
+
 def test_floor_and_passes():
     assert floor_of([0.4, 0.9]) == 0.4
     assert floor_of([0.4, -0.5, None]) == -0.5

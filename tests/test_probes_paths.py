@@ -268,6 +268,89 @@ def test_every_path_gives_the_same_probe_results(project, marker):
     assert _probes(filed) == _probes(here)
 
 
+KINDS = """
+    import math
+    import pytest
+    import pytest_reward
+    from pytest_reward import reward_function, EvaluateResult, RewardReturnError
+
+    class Mine(EvaluateResult):
+        pass
+
+    for rule in ["<= floor", "<= original", "== original", "not pass", "info"]:
+        name = "as_" + rule.replace(" ", "_").replace("<=", "le").replace("==", "eq")
+        pytest_reward.probe(name, rule=rule)(lambda response, sample: "mutated " + response)
+
+    @pytest.mark.reward({marker}probes=["as_le_floor", "as_le_original", "as_eq_original", "as_not_pass", "as_info"])
+    @reward_function
+    def kinds(messages, ground_truth=None, **kwargs):
+        text = messages[-1]["content"]
+        word = text.split()[-1]
+        bonus = 0.125 if text.startswith("mutated") else 0.0  # a mutation scores a little more
+        if word == "raise":
+            raise ValueError("no")
+        if word == "retval":
+            raise RewardReturnError("not a result", value=3)
+        if word == "dict":
+            return {{"score": 0.25 + bonus, "reason": "a dict"}}
+        if word == "invalid":
+            return EvaluateResult(score=0.9, is_score_valid=False, reason="cannot tell")
+        if word == "nan":
+            return EvaluateResult(score=math.nan, reason="nan")
+        if word == "error":
+            return EvaluateResult(score=1.0, error="it broke", reason="error set")
+        if word == "junk":
+            return "not a result"
+        if word == "sub":
+            return Mine(score=0.5 + bonus, reason="a subclass")
+        score = float(word) if word.replace(".", "", 1).isdigit() else 0.0
+        return EvaluateResult(score=score + (bonus if score < 1 else 0.0), reason=f"{{word}} gt={{ground_truth!r}}")
+"""
+
+KIND_SAMPLES = [
+    {"messages": msgs(f"q{i}", word), **truth}
+    for i, (word, truth) in enumerate(
+        [
+            ("1", {"ground_truth": "1"}),
+            ("0.5", {}),
+            ("0", {"ground_truth": None}),
+            ("0.75", {"ground_truth": ["a", "b"]}),  # a list: the call copies it (the general path)
+            ("0.25", {"ground_truth": "x", "tags": ["t"]}),  # a field: likewise
+            ("raise", {}),
+            ("retval", {}),
+            ("dict", {}),
+            ("invalid", {}),
+            ("nan", {}),
+            ("error", {}),
+            ("junk", {}),
+            ("sub", {}),
+        ]
+    )
+]
+
+
+@pytest.mark.parametrize("marker", ["", "threshold=0.5, "], ids=["no-threshold", "threshold"])
+def test_every_kind_of_result_gives_the_same_probe_results_on_every_path(project, marker):
+    """The in-thread loop makes and judges the usual call itself: each kind of result a function can give (a
+    result, a dict, a subclass, an invalid or non-finite score, an error, an exception, something else), under each
+    rule, counts as it does where the calls go through the executors (or the general path of a sample with fields
+    or a list ground truth)."""
+    project.file("rewards.py", KINDS.format(marker=marker))
+    project.jsonl("s.jsonl", KIND_SAMPLES)
+    here = project.result("--reward-samples", "s.jsonl")
+    assert {p.verdict for p in here.probes} == {"FAIL", "INFO"}
+    assert all(p.checked == len(KIND_SAMPLES) for p in here.probes)
+    le_floor = next(p for p in here.probes if p.probe == "as_le_floor")
+    problems = {e.line: e.problem for e in le_floor.examples}
+    assert "ValueError: no" in problems[6]
+    assert "kinds returned int 3" in problems[7] and "kinds returned str 'not a result'" in problems[12]
+    assert problems[13] == "score 0.625 > floor 0" and le_floor.errors == 3
+    watched = project.result("--reward-samples", "s.jsonl", "--reward-timeout", "60")
+    threads = project.result("--reward-samples", "s.jsonl", "--reward-workers", "2")
+    assert _probes(watched) == _probes(here)
+    assert _probes(threads) == _probes(here)
+
+
 def test_a_reward_that_changes_its_input_reaches_neither_the_samples_nor_the_counter_examples(project):
     project.file(
         "rewards.py",
@@ -307,6 +390,71 @@ def test_a_reward_that_changes_its_input_reaches_neither_the_samples_nor_the_cou
     # every call saw the real question: the copy a call changed was made again for the next one
     seen = (project.path / "seen.txt").read_text().splitlines()
     assert sorted(set(seen)) == ["keep me", "touch me"] and len(seen) == 2 + 2 + 2
+
+
+def test_a_change_to_any_turn_a_call_shares_fails_that_call(project):
+    """What a call shares with the other calls on its sample: the turns before the last (here the second of three),
+    and what the last turn holds besides its content when that is a list or a dict."""
+    project.file(
+        "rewards.py",
+        """
+        import pytest
+        from pytest_reward import reward_function, EvaluateResult
+
+        @pytest.mark.reward(probes=["repeat", "case"])
+        @reward_function
+        def meddler(messages, **kwargs):
+            last = messages[-1]
+            if "meta" in last:
+                last["meta"]["seen"] = last["meta"].get("seen", 0) + 1
+            elif messages[1]["content"].startswith("touch"):
+                messages[1]["content"] += "!"
+            return EvaluateResult(score=1.0 if "seen" not in last.get("meta", {}) else 0.5, reason="ok")
+        """,
+    )
+    three = [{"role": "system", "content": "sys"}, *msgs("touch me", "an answer")]
+    meta = [*msgs("q", "x"), {"role": "assistant", "content": "meta answer", "meta": {"k": 1}}]
+    meta = [meta[0], meta[2]]
+    project.jsonl("s.jsonl", [{"messages": msgs("keep me", "fine")}, {"messages": three}, {"messages": meta}])
+    result = project.result("--reward-samples", "s.jsonl")
+    for probe in result.probes:
+        assert (probe.checked, probe.errors) == (3, 2), probe.probe
+        assert sorted(
+            e.line for e in probe.examples if "meddler changed its input 'messages'" in e.problem
+        ) == [2, 3]
+    own = {o.line: o.error for g in result.groups for o in g.outcomes}
+    assert (
+        "changed its input 'messages'" in own[2]
+        and "changed its input 'messages'" in own[3]
+        and own[1] is None
+    )
+
+
+def test_counter_examples_past_those_kept_are_counted(project):
+    project.file(
+        "rewards.py",
+        """
+        import pytest
+        from pytest_reward import reward_function, EvaluateResult
+
+        @pytest.mark.reward(probes=["repeat", "empty"])
+        @reward_function
+        def longer(messages, **kwargs):
+            text = messages[-1]["content"]
+            return EvaluateResult(score=min(len(text), 200) / 1000, reason=f"{len(text)}")
+        """,
+    )
+    project.jsonl("s.jsonl", [{"messages": msgs(f"q{i}", f"answer number {i}")} for i in range(30)])
+    result = project.run("--reward-samples", "s.jsonl", "-k", "repeat")
+    result.assert_outcomes(failed=1, deselected=31)
+    result.stdout.fnmatch_lines(
+        [
+            '*probe repeat: 30 of 30 mutated responses break "<= original"*',
+            "  … and 25 more (report.html and summary.json list 20)",
+        ]
+    )
+    repeat = next(p for p in project.result("--reward-samples", "s.jsonl").probes if p.probe == "repeat")
+    assert (repeat.broken, len(repeat.examples)) == (30, 20)
 
 
 # --- the samples' own scores ----------------------------------------------------------------------------------

@@ -13,8 +13,8 @@
    and a trivial one whose machinery is the fixed cost per call. Target: machinery ≤ 1.2× a direct call.
 2. A whole ``pytest --reward-samples`` run with ``probes="default"`` vs the same run without probes (fresh
    subprocesses, interleaved, median of ``--runs``): wall and CPU time, and the reward calls each made, counted by
-   the reward itself (expected with probes: the samples once, plus one call per mutated response; in ``file``
-   granularity the samples' own responses once more, for the rules).
+   the reward itself (expected with probes: the samples once, plus one call per mutated response, in either
+   granularity: the rules read the samples' own scores from their items).
 
 Usage::
 
@@ -438,10 +438,8 @@ def render(overheads: list[dict[str, Any]], runs: list[dict[str, Any]], command:
     for r in runs:
         if mutated is None:
             expected = "–"
-        elif r["granularity"] == "sample":
-            expected = f"{r['samples']:,} + {mutated:,} mutated = {r['samples'] + mutated:,}"
         else:
-            expected = f"{r['samples']:,} + {r['samples']:,} own again + {mutated:,} = {2 * r['samples'] + mutated:,}"
+            expected = f"{r['samples']:,} + {mutated:,} mutated = {r['samples'] + mutated:,}"
         lines.append(
             f"| {r['granularity']} | {r['samples']:,} | {r['plain_s']:.2f} s | {r['probed_s']:.2f} s | "
             f"{r['ratio']:.2f}× | {r['plain_cpu']:.2f} s → {r['probed_cpu']:.2f} s | {r['cpu_ratio']:.2f}× | "

@@ -21,6 +21,7 @@ from .items import (
     FileItem,
     LineErrorItem,
     ModelFileItem,
+    OwnScores,
     RolloutSampleItem,
     SampleItem,
     may_use_model,
@@ -68,9 +69,12 @@ class SamplesFile(pytest.File):
             granularity = "sample" if lines <= settings.max_items_per_file else "file"
         probed = self._probed(rs, functions)
         if granularity == "file":
-            yield from self._file_items(rs, functions, label)
-            for fn, probes in probed:
-                yield from self._probe_items(self._probe_target(rs, fn, label), probes)
+            targets = [(self._probe_target(rs, fn, label), probes) for fn, probes in probed]
+            # the file items leave their samples' own scores for the probes: not scored twice
+            own = {target.fn.name: target.reuse_file_scores() for target, _ in targets}
+            yield from self._file_items(rs, functions, label, own)
+            for target, probes in targets:
+                yield from self._probe_items(target, probes)
             return
         samples_of: dict[str, list[Sample]] = {}
         invokers: dict[str, Invoker] = {}
@@ -135,7 +139,9 @@ class SamplesFile(pytest.File):
                 order=order,
             )
 
-    def _file_items(self, rs: RewardSession, functions: list[RewardFn], label: str) -> Iterator[pytest.Item]:
+    def _file_items(
+        self, rs: RewardSession, functions: list[RewardFn], label: str, own: dict[str, OwnScores]
+    ) -> Iterator[pytest.Item]:
         settings = rs.settings
         default = fields_key(dict(settings.sample_fields))
         pool_keys = {
@@ -153,6 +159,7 @@ class SamplesFile(pytest.File):
                     invoker=Invoker.of(fn, label, settings),
                     rs=rs,
                     pool_key=pool_keys[fn.name],
+                    own_scores=own.get(fn.name),
                 )
             return
         # A model is at hand: items that can roll out the file's prompt-only samples, if it has any (the file is
@@ -168,6 +175,7 @@ class SamplesFile(pytest.File):
                 invoker=Invoker.of(fn, label, settings),
                 rs=rs,
                 pool_key=pool_keys[fn.name],
+                own_scores=own.get(fn.name),
             )
             rs.rollouts.expect_reader(pool_keys[fn.name], item.rollout_settings())
             yield item

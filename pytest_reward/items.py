@@ -11,6 +11,8 @@ import math
 import random
 import time
 import warnings
+from array import array
+from collections import deque
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,8 +23,9 @@ from .call import describe_exception
 from .errors import EvaluationError, InvalidResult, RewardTimeout
 from .executors import RewardExecutorWarning, ShipError
 from .failure import RewardFailure, RewardRepr, describe_outcome, user_frames
+from .probes import response_text
 from .pytest_private import TerminalRepr, structured_node_id
-from .results import FAIL, TEXT_KEPT, GroupAccumulator, SampleOutcome, bound_texts, row_json
+from .results import FAIL, PASS, TEXT_KEPT, GroupAccumulator, SampleOutcome, bound_texts, row_json
 from .samples import Sample, SampleError
 from .scoring import Invoker, Passed, error_outcome
 from .session import REWARD_DATA, RewardSession, session_key
@@ -38,6 +41,7 @@ __all__ = [
     "FileItem",
     "LineErrorItem",
     "ModelFileItem",
+    "OwnScores",
     "RolloutSampleItem",
     "SampleItem",
     "apply_marks",
@@ -263,6 +267,89 @@ _NO_MODEL = (
 )
 
 
+class OwnScores:
+    """What a file item gave the samples of its file that have a response (:meth:`text_of`), for the function's
+    probes in this process: they compare each mutation with the sample's own score and verdict, and need not
+    score the samples again (:meth:`pytest_reward.probe_items.ProbeTarget.reuse_file_scores`).
+
+    Aligned with those samples in file order (the probes' numbering), one score (NaN: none), one verdict byte and
+    one byte saying whether the item scored the sample (a duplicate id is an error of the file item, not a call:
+    the probes score it themselves): 10 bytes a sample, the arrays the probes keep of them anyway. Kept only from
+    a run that went through the whole file; taken once (a later run records nothing)."""
+
+    __slots__ = ("_pending", "complete", "known", "scores", "taken", "verdict_pass")
+
+    def __init__(self) -> None:
+        self.scores = array("d")
+        self.verdict_pass = bytearray()
+        self.known = bytearray()
+        self.complete = False
+        """The item's run went through the whole file: every scored sample's outcome is in."""
+        self.taken = False
+        """The probes have read them (or scored the samples themselves): nothing more to record."""
+        self._pending: deque[tuple[int, int]] = deque()
+        """(line, index) of the samples handed to the executor whose outcome has not come back yet."""
+
+    @staticmethod
+    def text_of(record: Any) -> str | None:
+        """The response of a sample the probes mutate (its conversation ends with an assistant turn of text);
+        None for anything else (a prompt-only sample, a tool-call turn, a line that could not be read)."""
+        if isinstance(record, Sample) and record.messages is not None:
+            return response_text(record.messages)
+        return None
+
+    def start(self) -> None:
+        self.scores, self.verdict_pass, self.known = array("d"), bytearray(), bytearray()
+        self.complete = False
+        self._pending.clear()
+
+    def note(self, record: Sample, scored: bool) -> None:
+        """A sample of the file, in file order; ``scored``: handed to the executor (its outcome follows)."""
+        if self.text_of(record) is None:
+            return
+        index = len(self.scores)
+        self.scores.append(math.nan)
+        self.verdict_pass.append(0)
+        self.known.append(0)
+        if scored:
+            self._pending.append((record.line, index))
+
+    def outcome(self, outcome: SampleOutcome) -> None:
+        """An outcome of the item's stream (in file order): the next noted sample's when it has its line."""
+        pending = self._pending
+        if pending and pending[0][0] == outcome.line:
+            index = pending.popleft()[1]
+            self.scores[index] = math.nan if outcome.score is None else outcome.score
+            self.verdict_pass[index] = outcome.verdict == PASS
+            self.known[index] = 1
+
+    def passed(self, sample: Sample, score: float) -> None:
+        """:meth:`outcome` of a sample that passed with ``score``, folded without its outcome (``Passed``)."""
+        pending = self._pending
+        if pending and pending[0][0] == sample.line:
+            index = pending.popleft()[1]
+            self.scores[index] = score
+            self.verdict_pass[index] = 1
+            self.known[index] = 1
+
+    def finish(self) -> None:
+        """The item's stream ended: complete when every noted sample's outcome came back."""
+        self.complete = not self._pending
+        self._pending.clear()
+
+    def take(self) -> tuple[array, bytearray, bytearray] | None:
+        """Scores, verdicts and which samples the item scored, once, when its run was complete; None otherwise.
+        Nothing is recorded after this."""
+        self.taken = True
+        if not self.complete:
+            self.start()
+            return None
+        out = (self.scores, self.verdict_pass, self.known)
+        self.scores, self.verdict_pass, self.known = array("d"), bytearray(), bytearray()
+        self.complete = False
+        return out
+
+
 class _FileRun:
     """One reward function on a whole samples file, streamed; fails listing the failing samples.
 
@@ -285,12 +372,17 @@ class _FileRun:
         invoker: Invoker,
         rs: RewardSession,
         pool_key: str | None = None,
+        own_scores: OwnScores | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.fn = fn
         self.invoker = invoker
         self.rs = rs
+        self.own_scores = own_scores
+        """Where this item leaves the scores of the samples with a response for the function's probes (None: the
+        function has none)."""
+        self._recording: OwnScores | None = None
         self.pool_key = pool_key or invoker.file_label
         """Where the rollout pool shares this file's responses (functions reading it with another field mapping
         read other prompts: a key of their own)."""
@@ -337,6 +429,7 @@ class _FileRun:
         chunk_size = self.rs.rollouts.chunk_size if rolling is not None else 0
         prompts: list[Sample] = []
         chunk_index = 0
+        own = self._recording
         # Keys (numbered duplicates, response hashes) only when the run stores per-sample data: they cost a hash.
         keys = settings.needs_record or settings.needs_rows
         records = read_samples(
@@ -349,6 +442,8 @@ class _FileRun:
             if record.__class__ is Sample and record.id is None:
                 messages = record.messages
                 if messages and messages[-1].get("role") != "user":  # the usual sample: answered, no id to check
+                    if own is not None:
+                        own.note(record, scored=True)
                     yield record
                     continue
             problem = None
@@ -369,6 +464,8 @@ class _FileRun:
                             prompts = []
                             chunk_index += 1
                         continue
+            if own is not None and not isinstance(record, SampleError):
+                own.note(record, scored=problem is None)
             if problem is not None:
                 yield error_outcome(fn_name, label, record, problem)
                 continue
@@ -420,10 +517,16 @@ class _FileRun:
         # their outcome made only for those kept below (the preview's reservoir, the lowest scores).
         passes = rows is None and record is None
         add_pass, passed_outcome, previews = acc.add_pass, invoker.passed_outcome, reservoir.size > 0
+        own = self.own_scores if self.own_scores is not None and not self.own_scores.taken else None
+        if own is not None:
+            own.start()
+        self._recording = own
         try:
             for outcome in self._outcomes(notes, passes):
                 if outcome.__class__ is tuple:
                     score = outcome[1]
+                    if own is not None:
+                        own.passed(outcome[0], score)
                     add_pass(score)
                     kept = None
                     if previews:
@@ -438,6 +541,8 @@ class _FileRun:
                             del lowest[worst:]
                             bar = _by_score(lowest[-1])
                     continue
+                if own is not None:
+                    own.outcome(outcome)
                 acc.add(outcome)
                 reservoir.offer(outcome)
                 if rows is not None or record is not None:
@@ -468,9 +573,12 @@ class _FileRun:
                         lowest.sort(key=_by_score)
                         del lowest[worst:]
                         bar = _by_score(lowest[-1])
+            if own is not None:
+                own.finish()
         except ShipError as exc:
             pytest.fail(str(exc), pytrace=False)
         finally:
+            self._recording = None
             if rows is not None:
                 if pending:
                     rows.write("\n".join(pending) + "\n")

@@ -5,10 +5,11 @@ For each sample with a response the item builds the mutated response, scores it 
 take: ``--reward-runs``, timeouts, private copies of the inputs, batch mode, ``--reward-workers``, worker processes or
 Ray, and the verdict logic are the same — and checks the probe's rule.
 The rule needs what the function gives the samples' *own* responses (the floor, the original score of each sample):
-those are scored once per process by a :class:`ProbeTarget` that the function's probe items share, apart from the
-sample items, so a probe never changes a real sample's score and never counts in its group. In ``file``
-granularity the target streams the file twice (the original scores first, kept as one float per sample; then the
-mutations), so memory stays flat.
+a :class:`ProbeTarget` that the function's probe items share reads them from the items that scored the samples in
+this process (each sample item's outcome; in ``file`` granularity, what the file item kept as it streamed the file:
+one float and two bytes per sample) and scores only the samples no such item scored here. A probe never changes a
+real sample's score and never counts in its group. In ``file`` granularity the target streams the file for the
+mutations (and, for the samples it must score itself, once before), so memory stays flat.
 
 A failing item lists the counter-examples: the original response and the mutated one, both scores, the rule.
 """
@@ -29,7 +30,7 @@ from .call import MISSING, describe_exception, invalid_return, owned_messages, p
 from .errors import RewardReturnError
 from .executors import InProcess, RewardExecutorWarning, ShipError
 from .failure import RewardFailure, RewardRepr, user_frames
-from .items import apply_marks
+from .items import OwnScores, apply_marks
 from .models import EvaluateResult
 from .probes import (
     Probe,
@@ -38,7 +39,6 @@ from .probes import (
     Rule,
     floor_of,
     passes,
-    response_text,
     with_response_text,
 )
 from .pytest_private import TerminalRepr, skip_at_item
@@ -119,8 +119,10 @@ class ProbeTarget:
         """What the executor had to say (a worker died, a chunk was retried): the next item warns."""
         self._originals: Originals | None = None
         self._sample_invoker: Invoker | None = None
+        self._own: OwnScores | None = None
         self.reused = 0
-        """Samples whose own score :meth:`originals` took from their items (:meth:`reuse_scores_of`)."""
+        """Samples whose own score :meth:`originals` took from their items (:meth:`reuse_scores_of`,
+        :meth:`reuse_file_scores`)."""
         self._answered: list[tuple[Sample, str]] | None = None
         self._prepared: list[list[Prepared]] | None = None
 
@@ -143,11 +145,11 @@ class ProbeTarget:
 
     @staticmethod
     def _read(records: Any) -> Iterator[tuple[Sample, str]]:
+        text_of = OwnScores.text_of  # the samples a file item keeps the scores of for the probes: the same
         for record in records:
-            if isinstance(record, Sample) and record.messages is not None:
-                text = response_text(record.messages)
-                if text is not None:
-                    yield record, text
+            text = text_of(record)
+            if text is not None:
+                yield record, text
 
     def segments(self) -> Iterator[list[tuple[int, Sample, str]]]:
         """:meth:`answered` numbered, in lists of at most :attr:`SEGMENT`."""
@@ -287,25 +289,23 @@ class ProbeTarget:
             invoker.seen = {}
             self._sample_invoker = invoker
 
+    def reuse_file_scores(self) -> OwnScores:
+        """Where the function's file item (``file`` granularity) leaves the scores it gives the samples' own
+        responses: :meth:`originals` takes them when that item went through the file in this process before it, and
+        scores only the samples the item did not (a duplicate id); when the item did not run here (deselected,
+        another xdist worker, run after the probes, stopped midway), the probes score the samples themselves."""
+        if self._own is None:
+            self._own = OwnScores()
+        return self._own
+
     def originals(self) -> Originals:
         if self._originals is None:
-            source = self._sample_invoker
-            seen = source.seen if source is not None else None
-            if source is not None:
-                source.seen = None  # read once: nothing is recorded after this
-            orig = Originals()
-            for block in self.segments():
-                known = [seen.get(id(sample)) for _, sample, _ in block] if seen else [None] * len(block)
-                missing = [sample for (_, sample, _), k in zip(block, known, strict=True) if k is None]
-                fresh = iter(self.score(missing)) if missing else iter(())
-                for k in known:
-                    if k is None:
-                        outcome = next(fresh)
-                        k = (math.nan if outcome.score is None else outcome.score, outcome.verdict == PASS)
-                    else:
-                        self.reused += 1
-                    orig.scores.append(k[0])
-                    orig.verdict_pass.append(k[1])
+            taken = self._own.take() if self._own is not None else None
+            if taken is not None and all(taken[2]):  # every sample's score is the file item's
+                orig = Originals(scores=taken[0], verdict_pass=taken[1])
+                self.reused += len(orig.scores)
+            else:
+                orig = self._score_originals(taken)
             valid = [s for s in orig.scores if not math.isnan(s)]
             orig.floor = floor_of(valid)
             orig.ceiling = max(valid) if valid else None
@@ -315,6 +315,37 @@ class ProbeTarget:
             )
             orig.all_pass = bool(orig.passed) and all(orig.passed)
         return self._originals
+
+    def _score_originals(self, taken: tuple[array, bytearray, bytearray] | None) -> Originals:
+        """The samples' own scores, each taken from the item that scored it in this process (a sample item's
+        outcome; the file item's, ``taken``, by the sample's number) or scored here."""
+        source = self._sample_invoker
+        seen = source.seen if source is not None else None
+        if source is not None:
+            source.seen = None  # read once: nothing is recorded after this
+        orig = Originals()
+        for block in self.segments():
+            if seen:
+                known = [seen.get(id(sample)) for _, sample, _ in block]
+            elif taken is not None:
+                scores, verdicts, scored = taken
+                known = [
+                    (scores[i], bool(verdicts[i])) if i < len(scored) and scored[i] else None
+                    for i, _, _ in block
+                ]
+            else:
+                known = [None] * len(block)
+            missing = [sample for (_, sample, _), k in zip(block, known, strict=True) if k is None]
+            fresh = iter(self.score(missing)) if missing else iter(())
+            for k in known:
+                if k is None:
+                    outcome = next(fresh)
+                    k = (math.nan if outcome.score is None else outcome.score, outcome.verdict == PASS)
+                else:
+                    self.reused += 1
+                orig.scores.append(k[0])
+                orig.verdict_pass.append(k[1])
+        return orig
 
     def passes(self, score: float | None, verdict_pass: bool) -> bool:
         orig = self.originals()

@@ -503,19 +503,136 @@ def test_probes_alone_score_the_samples_own_responses_themselves(project):
     assert {p.probe: p.checked for p in result.probes} == {"repeat": 4, "empty": 4}
 
 
-def test_file_items_and_their_probes(project):
+@pytest.mark.parametrize("granularity", ["sample", "file"])
+def test_probes_compare_with_the_scores_the_items_gave_in_either_granularity(project, granularity):
+    """The samples' own responses are scored once, by their items (a sample item each, or the file item that
+    streams the file): the probes read those scores, and each probe scores only its mutations."""
     project.file("rewards.py", COUNTED)
-    project.jsonl("s.jsonl", [{"messages": msgs(f"q{i}", f"answer {i}")} for i in range(4)])
-    project.result("--reward-samples", "s.jsonl", "--reward-granularity", "file")
+    rows = [{"messages": msgs(f"q{i}", f"answer {i}")} for i in range(4)]
+    # and one the probes do not mutate (its item scores it): a tool-call turn
+    tool_call = {"role": "assistant", "content": "calling", "tool_calls": [{"id": "t"}]}
+    rows.append({"messages": [*msgs("q4"), tool_call]})
+    project.jsonl("s.jsonl", rows)
+    result = project.result(
+        "--reward-samples", "s.jsonl", "--reward-granularity", granularity, "--reward-report", "rep"
+    )
     calls = (project.path / "calls.txt").read_text().splitlines()
-    # file items stream the file: the probes score the samples' own responses again (kept as one float each)
-    assert len(calls) == 4 + 4 + 4 + 4
+    assert len(calls) == 5 + 4 + 4  # the samples once each (by their items), then each probe's mutations
+    own = {
+        row["line"]: row["score"]
+        for row in map(json.loads, (project.path / "rep" / "results.jsonl").read_text().splitlines())
+        if row["line"] <= 4
+    }
+    assert len(own) == 4
+    repeat = next(p for p in result.probes if p.probe == "repeat")
+    assert repeat.broken == 4
+    assert {e.line: e.original_score for e in repeat.examples} == own
+    assert repeat.mean_original == pytest.approx(sum(own.values()) / 4)
 
 
-def test_xdist_workers_score_what_their_items_did_not(project):
+COUNTED_BOTH = """
+    import pytest
+    from pytest_reward import reward_function, EvaluateResult
+
+    def _score(text):
+        with open("calls.txt", "a") as fh:
+            fh.write(text[:10].replace("\\n", " ") + "\\n")
+        return len(text) % 7 / 10
+
+    @pytest.mark.reward(probes=["repeat", "empty"])
+    @reward_function
+    def pointwise(messages, **kwargs):
+        return EvaluateResult(score=_score(messages[-1]["content"]), reason="counted")
+
+    @pytest.mark.reward(probes=["repeat", "empty"])
+    @reward_function(mode="batch")
+    def batched(rollouts_messages, **kwargs):
+        return [EvaluateResult(score=_score(m[-1]["content"]), reason="counted") for m in rollouts_messages]
+"""
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        (),
+        ("--reward-workers", "2"),
+        ("--reward-executor", "process", "--reward-workers", "1"),
+        ("--reward-timeout", "60"),
+        ("--reward-runs", "2"),
+    ],
+    ids=["thread", "workers", "process", "timeout", "runs"],
+)
+def test_file_probes_reuse_the_file_items_scores_on_every_path(project, options):
+    """Whichever executor scores the file, and with --reward-runs, the probes read what the file item gave (the
+    same verdicts as in sample granularity, where they read the sample items'): each sample's own response is
+    scored once per run, by its item."""
+    project.file("rewards.py", COUNTED_BOTH)
+    project.jsonl("s.jsonl", [{"messages": msgs(f"q{i}", "word " * i)} for i in range(1, 6)])
+    runs = 2 if "--reward-runs" in options else 1
+    per_sample = project.result("--reward-samples", "s.jsonl", *options)
+    calls = (project.path / "calls.txt").read_text().splitlines()
+    assert len(calls) == 2 * runs * (5 + 5 + 5)  # two functions: 5 own responses, 5 + 5 mutations
+    (project.path / "calls.txt").unlink()
+    per_file = project.result("--reward-samples", "s.jsonl", "--reward-granularity", "file", *options)
+    calls = (project.path / "calls.txt").read_text().splitlines()
+    assert len(calls) == 2 * runs * (5 + 5 + 5)
+    assert _probes(per_file) == _probes(per_sample)
+    assert len(per_file.probes) == 4 and all(p.checked == 5 and p.broken for p in per_file.probes)
+
+
+def test_file_probes_score_what_the_file_item_did_not(project):
+    """Where the file item gave no score to reuse, the probes score the samples' own responses themselves: a
+    duplicate id (an error of the file item, no call), the file item deselected, the file item run after them."""
+    project.file("rewards.py", COUNTED)
+    rows = [{"id": f"s{i}", "messages": msgs(f"q{i}", f"answer {i}")} for i in range(4)]
+    rows.append({"id": "s1", "messages": msgs("q1 again", "answer again")})
+    project.jsonl("s.jsonl", rows)
+    file = ("--reward-samples", "s.jsonl", "--reward-granularity", "file")
+    result = project.result(*file)
+    calls = (project.path / "calls.txt").read_text().splitlines()
+    # the file item: 4 calls (line 5 is a duplicate id); the probes: line 5's own response, then 5 + 5 mutations
+    assert calls[:4] == [f"answer {i}" for i in range(4)] and calls[4] == "answer aga"
+    assert len(calls) == 4 + 1 + 5 + 5
+    by_probe = {p.probe: p for p in result.probes}
+    assert by_probe["repeat"].checked == 5 and by_probe["repeat"].broken == 5
+    assert {e.line: e.original_score for e in by_probe["repeat"].examples} == {
+        1: 0.001,
+        2: 0.002,
+        3: 0.003,
+        4: 0.004,
+        5: 0.005,
+    }
+
+    (project.path / "calls.txt").unlink()
+    result = project.result(*file, "-k", "probe")  # the file item deselected
+    calls = (project.path / "calls.txt").read_text().splitlines()
+    assert calls[:5] == [f"answer {i}" for i in range(4)] + ["answer aga"]
+    assert len(calls) == 5 + 5 + 5
+    assert {p.probe: p.checked for p in result.probes} == {"repeat": 5, "empty": 5}
+
+    (project.path / "calls.txt").unlink()
+    project.file(
+        "conftest.py",
+        """
+        def pytest_collection_modifyitems(items):
+            items.reverse()  # the probe items first, the file item last
+        """,
+    )
+    result = project.result(*file)
+    calls = (project.path / "calls.txt").read_text().splitlines()
+    # the probes score the own responses (5), then their mutations; the file item scores its 4 after them
+    assert calls[:5] == [f"answer {i}" for i in range(4)] + ["answer aga"]
+    assert len(calls) == 5 + 5 + 5 + 4
+    assert {p.probe: p.checked for p in result.probes} == {"repeat": 5, "empty": 5}
+
+
+@pytest.mark.parametrize("granularity", ["sample", "file"])
+def test_xdist_workers_score_what_their_items_did_not(project, granularity):
     project.file("rewards.py", COUNTED.replace("n / 1000", "0.5"))
     project.jsonl("s.jsonl", [{"messages": msgs(f"q{i}", f"answer {i}")} for i in range(4)])
-    result = project.run_subprocess("--reward-samples", "s.jsonl", "-n", "2")
-    result.assert_outcomes(passed=6)
+    result = project.run_subprocess(
+        "--reward-samples", "s.jsonl", "-n", "2", "--reward-granularity", granularity
+    )
+    result.assert_outcomes(passed=6 if granularity == "sample" else 3)
     calls = (project.path / "calls.txt").read_text().splitlines()
     assert 4 + 8 <= len(calls) <= 4 + 8 + 4 * 2  # at most once more per sample and worker

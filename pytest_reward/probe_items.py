@@ -453,6 +453,10 @@ Prepared = tuple[
 #: See :data:`Prepared`.
 GENERAL: Any = object()
 
+#: Mutations :func:`_run_here` makes before it scores them (a probe's mutation and a reward call, interleaved one
+#: by one, push each other's code and data out of the CPU's caches; a chunk keeps few texts alive).
+CHUNK = 64
+
 
 def _shared(private: list[Any], messages: list[Any]) -> tuple[list[Any], list[Any]]:
     """What a call on one of the sample's mutations can reach of ``private`` (the sample's private copy of its
@@ -478,8 +482,8 @@ def _not_a_string(probe: Probe, new: Any) -> TypeError:
 
 
 def _run_here(run: ProbeRun, target: ProbeTarget, block: list[Prepared], orig: Originals) -> None:
-    """``run``'s probe on ``block`` in this thread, without a timeout: each mutation is scored as soon as it is made
-    and checked, so that what one allocates is freed before the next is made.
+    """``run``'s probe on ``block`` in this thread, without a timeout: the mutations of :data:`CHUNK` samples are
+    made, then scored and checked, so that what a chunk allocates is freed before the next one is made.
 
     A call gets a list and a last turn of its own, the mutated response in it; the turns before, and what the last
     turn holds besides its content, are the sample's private copy, shared by the calls on that sample's mutations
@@ -508,85 +512,91 @@ def _run_here(run: ProbeRun, target: ProbeTarget, block: list[Prepared], orig: O
     passing_scores: dict[float, bool] = {}
     settled = passing = 0
     sum_original = sum_mutated = 0.0
-    for (
-        index,
-        sample,
-        text,
-        fields_of_view,
-        messages,
-        private,
-        truth,
-        fields,
-        direct,
-        shared,
-        shared_original,
-        ref,
-    ) in block:
-        new = mutate(text, view(*fields_of_view, prefix))
-        if new is None:
-            continue
-        if type(new) is not str and not isinstance(new, str):
-            raise _not_a_string(probe, new)
-        given = private.copy()
-        turn = copy_turn(given[-1])
-        turn["content"] = new
-        given[-1] = turn
-        if direct is GENERAL:
-            score, verdict_pass, reason, error = one(given, truth, fields)
-        else:  # fresh_scorer's usual call, in this frame
-            try:
-                result = fn(messages=given) if direct is None else fn(messages=given, ground_truth=direct)  # type: ignore[misc]
-                # the fields of our own result read from its __dict__: one attribute lookup instead of four
-                values = result.__dict__ if type(result) is EvaluateResult else _fields(finish(result))  # type: ignore[misc]
-                error = None
-            except RewardReturnError as exc:
-                values, error = None, describe_exception(invalid_return(name, exc.value, str(exc)))
-            except Exception as exc:
-                values, error = None, describe_exception(exc)
-            if values is None:
-                score, verdict_pass, reason = None, False, None
-            else:
-                score, reason = float(values["score"]), values["reason"]
-                if isfinite(score) and values["is_score_valid"] and not values["error"]:
-                    verdict_pass = threshold is None or score >= threshold
+    for start in range(0, len(block), CHUNK):
+        # the chunk's mutations first, then their calls: each loop keeps its own code and data warm
+        chunk = block[start : start + CHUNK]
+        made = [mutate(entry[2], view(*entry[3], prefix)) for entry in chunk]
+        for entry, new in zip(chunk, made, strict=True):
+            if new is None:
+                continue
+            if type(new) is not str and not isinstance(new, str):
+                raise _not_a_string(probe, new)
+            (
+                index,
+                sample,
+                text,
+                _,
+                messages,
+                private,
+                truth,
+                fields,
+                direct,
+                shared,
+                shared_original,
+                ref,
+            ) = entry
+            given = private.copy()
+            turn = copy_turn(given[-1])
+            turn["content"] = new
+            given[-1] = turn
+            if direct is GENERAL:
+                score, verdict_pass, reason, error = one(given, truth, fields)
+            else:  # fresh_scorer's usual call, in this frame
+                try:
+                    result = fn(messages=given) if direct is None else fn(messages=given, ground_truth=direct)  # type: ignore[misc]
+                    # the fields of our own result read from its __dict__: one attribute lookup instead of four
+                    values = result.__dict__ if type(result) is EvaluateResult else _fields(finish(result))  # type: ignore[misc]
+                    error = None
+                except RewardReturnError as exc:
+                    values, error = None, describe_exception(invalid_return(name, exc.value, str(exc)))
+                except Exception as exc:
+                    values, error = None, describe_exception(exc)
+                if values is None:
+                    score, verdict_pass, reason = None, False, None
                 else:
-                    score, verdict_pass = None, False
-        if shared != shared_original:  # the call changed what the calls on this sample share
-            private[:] = private_copy(messages)
-            if shared is not private:
-                shared[:] = private[:-1]
-            score, verdict_pass, error = None, False, invoker.changed_error(["messages"])
-        if error is None:
-            if score is None:  # no valid score: it earns nothing and does not pass
-                if not is_eq or (not by_floor and scores[index] != scores[index]):
-                    settled += 1
-                    sum_original += ref
-                    sum_mutated += floor
-                    continue
-            else:
-                if threshold is not None:
-                    passed = verdict_pass
-                elif score <= floor:
-                    passed = False
-                else:  # without a threshold, whether a score passes depends on the score alone
-                    passed = passing_scores.get(score)
-                    if passed is None:
-                        passed = passing_scores[score] = passes(
-                            score, verdict_pass=verdict_pass, threshold=None, floor=floor, ceiling=ceiling
-                        )
-                if is_le:
-                    kept = score <= (limit if by_floor else ref + tol)
-                elif is_eq:
-                    kept = score == (floor if by_floor else scores[index])  # NaN (no original): never equal
-                else:  # "not pass"; "info" keeps every rule, but a response that passes is what it reports
-                    kept = not passed
-                if kept:
-                    settled += 1
-                    passing += passed
-                    sum_original += ref
-                    sum_mutated += score
-                    continue
-        _settle(run, orig, threshold, index, sample, text, new, score, verdict_pass, reason, error)
+                    score, reason = float(values["score"]), values["reason"]
+                    if isfinite(score) and values["is_score_valid"] and not values["error"]:
+                        verdict_pass = threshold is None or score >= threshold
+                    else:
+                        score, verdict_pass = None, False
+            if shared != shared_original:  # the call changed what the calls on this sample share
+                private[:] = private_copy(messages)
+                if shared is not private:
+                    shared[:] = private[:-1]
+                score, verdict_pass, error = None, False, invoker.changed_error(["messages"])
+            if error is None:
+                if score is None:  # no valid score: it earns nothing and does not pass
+                    if not is_eq or (not by_floor and scores[index] != scores[index]):
+                        settled += 1
+                        sum_original += ref
+                        sum_mutated += floor
+                        continue
+                else:
+                    if threshold is not None:
+                        passed = verdict_pass
+                    elif score <= floor:
+                        passed = False
+                    else:  # without a threshold, whether a score passes depends on the score alone
+                        passed = passing_scores.get(score)
+                        if passed is None:
+                            passed = passing_scores[score] = passes(
+                                score, verdict_pass=verdict_pass, threshold=None, floor=floor, ceiling=ceiling
+                            )
+                    if is_le:
+                        kept = score <= (limit if by_floor else ref + tol)
+                    elif is_eq:
+                        kept = score == (
+                            floor if by_floor else scores[index]
+                        )  # NaN (no original): never equal
+                    else:  # "not pass"; "info" keeps every rule, but a response that passes is what it reports
+                        kept = not passed
+                    if kept:
+                        settled += 1
+                        passing += passed
+                        sum_original += ref
+                        sum_mutated += score
+                        continue
+            _settle(run, orig, threshold, index, sample, text, new, score, verdict_pass, reason, error)
     run.checked += settled
     run.passing += passing
     run.sum_original += sum_original

@@ -621,11 +621,12 @@ def _communicate(
         return None
     finally:
         sel.close()
-        if proc.stdin and not proc.stdin.closed:
-            try:
-                proc.stdin.close()
-            except OSError:
-                pass
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):  # every way out: EOF, a limit, the timeout
+            if pipe is not None and not pipe.closed:
+                try:
+                    pipe.close()
+                except OSError:  # stdin with unwritten data and the program gone
+                    pass
 
 
 _PROTECTIONS: dict[str, Any] | None = None

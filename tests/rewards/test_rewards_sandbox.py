@@ -345,3 +345,23 @@ def test_sandbox_setup_failure_is_reported() -> None:
     result = run_code("print(1)", python="/nonexistent/python3")
     assert result.status == "setup_error"
     assert "cannot start" in result.reason
+
+
+def test_a_run_leaves_no_file_for_the_garbage_collector_to_close():
+    """Regression: the pipes of the program's stdout and stderr were never closed, only dropped: each run left two
+    open files to be closed when the process object was freed, with a ResourceWarning in whichever test that
+    happened, on every path — a normal exit, the output limit, the wall-clock timeout."""
+    import gc
+    import warnings
+
+    runs = [
+        ("print(input())", "hi\n", Limits(timeout=20)),
+        ("while True:\n    print('x' * 10000)", "", Limits(max_output_bytes=50_000, timeout=10)),
+        ("while True:\n    pass", "", Limits(timeout=1)),
+    ]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        statuses = [run_code(code, stdin=stdin, limits=limits).status for code, stdin, limits in runs]
+        gc.collect()
+    assert statuses == ["ok", "output_limit", "timeout"]
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []

@@ -6,7 +6,9 @@ import os
 import platform
 import re
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 
 def cpu_model() -> str:
@@ -47,3 +49,28 @@ def write_section(path: Path, heading: str, section: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text.rstrip("\n") + "\n")
     os.replace(tmp, path)
+
+
+def hf_generate_fn(hf: Any, tokens: Any, mask: Any, new: int, device: str = "cpu") -> Callable[[], object]:
+    """transformers greedy ``generate`` of exactly ``new`` tokens for a left-padded batch (tokens and mask: (B, P)
+    arrays or lists) on ``device`` (the model must be there), warmed up; on a GPU each call waits for the device."""
+    import torch
+
+    x = torch.tensor(tokens, dtype=torch.long, device=device)
+    kw = dict(
+        attention_mask=torch.tensor(mask, dtype=torch.long, device=device),
+        max_new_tokens=new,
+        min_new_tokens=new,
+        do_sample=False,
+        pad_token_id=0,
+    )
+
+    def run() -> object:
+        with torch.no_grad():
+            out = hf.generate(x, **kw)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return out
+
+    run()
+    return run

@@ -964,7 +964,9 @@ def main(argv: list[str] | None = None) -> int:
         return measure_main(argv[1:])
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smoke run: small sizes, one run each")
-    parser.add_argument("--only", default="1,2,3,4,5,6", help="comma-separated benchmark numbers (default all)")
+    parser.add_argument(
+        "--only", default="1,2,3,4,5,6", help="comma-separated benchmark numbers (default all)"
+    )
     parser.add_argument("--runs", type=int, help="runs per pytest case (default 3; quick 1)")
     parser.add_argument("--samples", type=int, help="benchmark 1 samples (default 10000; quick 500)")
     parser.add_argument(

@@ -44,7 +44,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import cpu_model, write_section
+from _common import cpu_model, hf_generate_fn, write_section
 
 from pytest_reward.jax import InferenceJob
 from pytest_reward.jax.tokenizer import ByteTokenizer
@@ -161,23 +161,8 @@ def transformers_time(path: Path, dtype: str, prompts: list[list[int]], new: int
     hf = (
         transformers.AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(device).eval()
     )
-    x = torch.tensor(prompts, dtype=torch.long, device=device)
-    kw = dict(
-        attention_mask=torch.ones_like(x),
-        max_new_tokens=new,
-        min_new_tokens=new,
-        do_sample=False,
-        pad_token_id=0,
-    )
-
-    def generate() -> None:
-        with torch.no_grad():
-            hf.generate(x, **kw)
-        if device == "cuda":
-            torch.cuda.synchronize()
-
-    generate()
-    return best(generate, reps)
+    mask = [[1] * len(p) for p in prompts]
+    return best(hf_generate_fn(hf, prompts, mask, new, device), reps)
 
 
 # ---------------------------------------------------------------------------------------------- one case

@@ -46,7 +46,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from _common import cpu_model, write_section
+from _common import cpu_model, hf_generate_fn, write_section
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -129,27 +129,6 @@ def random_gpt2(tmp: Path, name: str, **shape: int):
     hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(**shape)).eval()
     hf.save_pretrained(tmp / name)
     return tmp / name, hf
-
-
-def hf_generate_fn(hf, tokens: np.ndarray, mask: np.ndarray, new: int) -> Callable[[], object]:
-    """transformers greedy generate of exactly ``new`` tokens for a left-padded batch (warmed up)."""
-    import torch
-
-    x = torch.tensor(tokens, dtype=torch.long)
-    kw = dict(
-        attention_mask=torch.tensor(mask, dtype=torch.long),
-        max_new_tokens=new,
-        min_new_tokens=new,
-        do_sample=False,
-        pad_token_id=0,
-    )
-
-    def run() -> object:
-        with torch.no_grad():
-            return hf.generate(x, **kw)
-
-    run()
-    return run
 
 
 # ---------------------------------------------------------------------------------------------- an older engine
@@ -365,7 +344,12 @@ def where_bench(peak: float, reps: int, B: int = 32, S: int = 128) -> None:
 
     mm = lambda x, w: x @ w  # noqa: E731
     rows: list[tuple[str, int, float, float]] = []  # part, count per step, before ms, now ms
-    for name, n_in, n_out in (("qkv", D, 3 * D), ("attention out", D, D), ("MLP up", D, F), ("MLP down", F, D)):
+    for name, n_in, n_out in (
+        ("qkv", D, 3 * D),
+        ("attention out", D, D),
+        ("MLP up", D, F),
+        ("MLP down", F, D),
+    ):
         w, x = arr(n_in, n_out), arr(B, n_in)
         rows.append((f"matmul {name} ({n_in}x{n_out})", L, t(mm, x, w), t(mm, w.T.copy(), x.T.copy())))
     emb, h = arr(V, D), arr(B, D)
@@ -529,7 +513,9 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="skip the naive no-cache loop")
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--against", metavar="REV", help="also time the decode step of git revision REV's engine")
-    p.add_argument("--only", choices=["fixed", "refill", "where", "forward", "adder"], help="run one part only")
+    p.add_argument(
+        "--only", choices=["fixed", "refill", "where", "forward", "adder"], help="run one part only"
+    )
     p.add_argument("--results", type=Path, help="write our section of this RESULTS.md")
     p.add_argument(
         "--wait-quiet", type=float, default=0.0, metavar="MIN", help="wait up to MIN minutes for load < 1"

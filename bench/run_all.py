@@ -22,7 +22,12 @@ HERE = Path(__file__).resolve().parent
 #: name -> (script, default args, --quick args, writes a RESULTS.md section with --results)
 BENCHMARKS: dict[str, tuple[str, list[str], list[str], bool]] = {
     "core": ("bench_core.py", [], ["--quick"], True),
-    "rewards": ("bench_rewards.py", [], ["--samples", "1000", "--repeats", "1", "--sandbox-runs", "10"], True),
+    "rewards": (
+        "bench_rewards.py",
+        [],
+        ["--samples", "1000", "--repeats", "1", "--sandbox-runs", "10"],
+        True,
+    ),
     "serve": ("bench_serve.py", ["--no-peer"], ["--no-peer", "--requests", "200", "--rounds", "1"], True),
     "gating": ("bench_gating.py", [], ["--trials", "100", "--resamples", "200"], False),
     "reports": ("bench_reports.py", [], ["--n", "2000", "--repeat", "1"], False),
@@ -38,7 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smoke sizes")
     parser.add_argument("--only", help=f"comma-separated subset of: {', '.join(BENCHMARKS)}")
-    parser.add_argument("--results", type=Path, help="RESULTS.md whose sections the benchmarks that keep one update")
+    parser.add_argument(
+        "--results", type=Path, help="RESULTS.md whose sections the benchmarks that keep one update"
+    )
     args = parser.parse_args(argv)
 
     names = list(BENCHMARKS) if not args.only else [n.strip() for n in args.only.split(",") if n.strip()]

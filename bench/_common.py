@@ -6,6 +6,7 @@ import os
 import platform
 import re
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -74,3 +75,13 @@ def hf_generate_fn(hf: Any, tokens: Any, mask: Any, new: int, device: str = "cpu
 
     run()
     return run
+
+
+def best(fn: Callable[[], object], reps: int) -> float:
+    """The least wall-clock seconds of ``reps`` calls of ``fn``."""
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)

@@ -30,7 +30,6 @@ import platform
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 # jax takes 75 % of the GPU's memory at its first use unless told otherwise; transformers runs beside it
@@ -44,7 +43,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import cpu_model, hf_generate_fn, write_section
+from _common import best, cpu_model, hf_generate_fn, write_section
 
 from pytest_reward.jax import InferenceJob
 from pytest_reward.jax.tokenizer import ByteTokenizer
@@ -59,15 +58,6 @@ NOMINAL_BANDWIDTH = {"H200": 4.8e12, "H100 PCIe": 2.0e12, "H100": 3.35e12, "A100
 def say(line: str = "") -> None:
     print(line, flush=True)
     LINES.append(line)
-
-
-def best(fn: Callable[[], object], reps: int) -> float:
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 # ---------------------------------------------------------------------------------------------- the machine

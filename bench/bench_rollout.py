@@ -46,7 +46,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from _common import cpu_model, hf_generate_fn, write_section
+from _common import best, cpu_model, hf_generate_fn, write_section
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -68,15 +68,6 @@ def say(line: str = "") -> None:
 
 def load() -> str:
     return f"{os.getloadavg()[0]:.1f}"
-
-
-def best(fn: Callable[[], object], reps: int) -> float:
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def best_interleaved(fns: dict[str, Callable[[], object]], reps: int) -> dict[str, float]:

@@ -409,7 +409,7 @@ class _Plan:
         self.paths = paths
         self.truth = "ground_truth" in mapping
         #: The keyword arguments in the order the row path gives them: forwarded columns, then keyword targets.
-        self.names = [*forwarded, *(t for t in mapping if t not in ("prompt", "response", "ground_truth"))]
+        self.names = [*forwarded, *(t for t in mapping if t not in _ROW_TARGETS)]
 
     def samples(self, batch: Any, path: Path, start: int, keyed: Any) -> Iterator[Sample | SampleError]:
         columns: dict[str, list[Any]] = {}
@@ -472,7 +472,9 @@ class _Plan:
             else:  # the sample has no ground truth (the field's default)
                 ground_truth = NO_GROUND_TRUTH
             if keyless:  # positional: ..., kwargs, record, _key, _response, recorded, unit
-                yield Sample(path, row, None, prompt, None, ground_truth, None, kwargs, record, "", None, None, "row")
+                yield Sample(
+                    path, row, None, prompt, None, ground_truth, None, kwargs, record, "", None, None, "row"
+                )
                 continue
             sample = Sample(path, row, None, prompt, None, ground_truth, None, kwargs, record, unit="row")
             try:

@@ -85,3 +85,20 @@ def best(fn: Callable[[], object], reps: int) -> float:
         fn()
         times.append(time.perf_counter() - t0)
     return min(times)
+
+
+def per_step(
+    time_long: Callable[[], float], time_short: Callable[[], float], steps: int, rounds: int = 4
+) -> float | None:
+    """Seconds per step from two timings of the same work, ``steps`` steps apart: ``(t_long - t_short) / steps``.
+
+    A difference of two timings can drown in the host's noise (tiny shapes, a busy machine): while ``t_long`` is
+    not above ``t_short`` another round of both is taken, each side keeping its least time, up to ``rounds``
+    rounds; then ``None``: the step is not resolved, and a caller prints that instead of a figure it did not see.
+    """
+    t_long = t_short = float("inf")
+    for _ in range(rounds):
+        t_long, t_short = min(t_long, time_long()), min(t_short, time_short())
+        if t_long > t_short:
+            return (t_long - t_short) / steps
+    return None

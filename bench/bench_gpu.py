@@ -6,7 +6,8 @@ For each model a random checkpoint is written by transformers (``save_pretrained
 both engines, so the weights are the same. Per case (model, dtype, batch):
 
 - ours: ``InferenceJob.generate_tokens`` (slot refill, greedy, ``ignore_eos``), ``--new`` tokens after ``--prompt``
-  prompt tokens; new tokens per second; the decode step from two runs, ``(t(new) - t(1)) / (new - 1)``;
+  prompt tokens; new tokens per second; the decode step from two runs, ``(t(new) - t(1)) / (new - 1)`` (more
+  rounds while the difference is lost in timing noise, and "unresolved" in the table if it stays so);
 - the roofline: the bytes one decode step must read (every weight once, and the KV cache up to the current
   length, averaged over the generation) divided by the GPU's memory bandwidth: the nominal figure of its kind
   and a measured one (a device copy); the step's share of it;
@@ -43,7 +44,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import best, cpu_model, hf_generate_fn, write_section
+from _common import best, cpu_model, hf_generate_fn, per_step, write_section
 
 from pytest_reward.jax import InferenceJob
 from pytest_reward.jax.tokenizer import ByteTokenizer
@@ -177,8 +178,8 @@ def run_case(
     ours(new)
     ours(1)
     first = time.perf_counter() - t0
-    t_new, t_one = best(lambda: ours(new), reps), best(lambda: ours(1), reps)
-    step = (t_new - t_one) / (new - 1)
+    t_new = best(lambda: ours(new), reps)
+    step = per_step(lambda: best(lambda: ours(new), reps), lambda: best(lambda: ours(1), reps), new - 1)
 
     t_hf = transformers_time(path, dtype, prompts, new, reps)
     try:
@@ -191,14 +192,18 @@ def run_case(
     r = {
         "tok_s": batch * new / t_new,
         "hf_tok_s": batch * new / t_hf,
-        "step_ms": step * 1e3,
+        "step_ms": None if step is None else step * 1e3,
         "first_s": first,
         "bytes": moved,
-        **{f"roof_{k}": 100 * moved / v / step for k, v in bandwidth.items()},
     }
-    roof = ", ".join(f"{r[f'roof_{k}']:.0f} % of the {k} roofline" for k in bandwidth)
+    if step is None:
+        step_cell, roof = "unresolved", "unresolved: t(new) not above t(1), the step is within timing noise"
+    else:
+        r |= {f"roof_{k}": 100 * moved / v / step for k, v in bandwidth.items()}
+        step_cell = f"{r['step_ms']:.2f}"
+        roof = ", ".join(f"{r[f'roof_{k}']:.0f} % of the {k} roofline" for k in bandwidth)
     say(
-        f"| {name} | {dtype} | {batch} | {r['tok_s']:.0f} | {r['step_ms']:.2f} | {moved / 1e6:.0f} MB | {roof} | "
+        f"| {name} | {dtype} | {batch} | {r['tok_s']:.0f} | {step_cell} | {moved / 1e6:.0f} MB | {roof} | "
         f"{r['hf_tok_s']:.0f} | **{r['tok_s'] / r['hf_tok_s']:.2f}x** |"
     )
     return r

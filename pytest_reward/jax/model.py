@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import kernels
 from .config import ModelConfig, rope_inv_freq
 
 Params = dict[str, Any]
@@ -163,6 +164,26 @@ def _attend(q: jax.Array, k: jax.Array, v: jax.Array, allowed: jax.Array, cfg: M
     o = jnp.einsum("bkgqs,bksd->bkgqd", w, v)  # (B, KV, G, Tq, Dh)
     B, KV, G, Tq, Dh = o.shape
     return o.transpose(0, 3, 1, 2, 4).reshape(B, Tq, KV * G * Dh)
+
+
+def _attend_decode(q: jax.Array, k: jax.Array, v: jax.Array, valid: jax.Array, cfg: ModelConfig) -> jax.Array:
+    """:func:`_attend` for one query token per row: q (B, KV, G, 1, Dh), k/v (B, KV, S, Dh), valid (B, S) bool ->
+    (B, H Dh). On the CPU with float32 operands this is the hand-written kernel of :mod:`.kernels` (where it is
+    available: it reads each valid cache slot once, ~1.5x faster than XLA's two batched matrix-vector products);
+    elsewhere, and on every other platform of the same program, the XLA path."""
+
+    def xla(q: jax.Array, k: jax.Array, v: jax.Array, valid: jax.Array) -> jax.Array:
+        return _attend(q, k, v, valid[:, None, None, None, :], cfg)[:, 0]
+
+    if not (q.dtype == k.dtype == v.dtype == jnp.float32 and kernels.available()):
+        return xla(q, k, v, valid)
+
+    def cpu(q: jax.Array, k: jax.Array, v: jax.Array, valid: jax.Array) -> jax.Array:
+        B, KV, G, _, Dh = q.shape
+        o = kernels.decode_attention(q[:, :, :, 0], k, v, valid, 1.0 / math.sqrt(cfg.head_dim))
+        return o.reshape(B, KV * G * Dh)
+
+    return jax.lax.platform_dependent(q, k, v, valid, cpu=cpu, default=xla)
 
 
 def _embed(params: Params, cfg: ModelConfig, tokens: jax.Array, pos: jax.Array) -> jax.Array:
@@ -322,7 +343,6 @@ def decode_step(
     B = token.shape[0]
     rows = jnp.arange(B)
     x = _embed(dparams, cfg, token[:, None], pos[:, None])[:, 0].T  # (D, B)
-    allowed = valid[:, None, None, None, :]  # (B, 1, 1, 1, S)
     new_cache = []
     for lp, (ck, cv) in zip(dparams["layers"], cache, strict=True):
         h = _linear_t(lp["qkv"], _norm(lp["attn_norm"], x, cfg, axis=0))  # ((H+2KV) Dh, B)
@@ -335,7 +355,7 @@ def decode_step(
         else:  # row b's column slot[b]
             ck = ck.at[rows, :, slot].set(k[:, :, 0].astype(ck.dtype))
             cv = cv.at[rows, :, slot].set(v[:, :, 0].astype(cv.dtype))
-        x = x + _linear_t(lp["out"], _attend(q, ck, cv, allowed, cfg)[:, 0].T)  # (D, B)
+        x = x + _linear_t(lp["out"], _attend_decode(q, ck, cv, valid, cfg).T)  # (D, B)
         x = x + _mlp_t(lp, _norm(lp["mlp_norm"], x, cfg, axis=0), cfg)
         new_cache.append((ck, cv))
     h = _norm(dparams["final_norm"], x, cfg, axis=0)

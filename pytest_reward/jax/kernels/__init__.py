@@ -1,0 +1,173 @@
+"""Hand-written CPU kernels, built on first use and called from jit-compiled programs through XLA's FFI.
+
+One kernel so far: :func:`decode_attention`, the attention of one new token per row over its KV cache, which
+XLA's CPU backend runs at ~20 GB/s where the machine streams 27 GB/s on one core (bench/RESULTS.md, issue 19).
+:func:`pytest_reward.jax.model.decode_step` calls it on the CPU for float32 caches; on every other platform and
+dtype, and wherever it is not available, the XLA path runs (``jax.lax.platform_dependent`` picks per platform).
+
+The source (``decode_attention.cc``, shipped in the package) is compiled once per machine with the C++ compiler
+(``$CXX``, else ``c++``/``g++``; ``-O3 -march=native``) against jaxlib's FFI headers, into a cache directory
+(``$PYTEST_REWARD_KERNEL_CACHE``, else ``$XDG_CACHE_HOME/pytest-reward/kernels``, else
+``~/.cache/pytest-reward/kernels``). The library's name carries a hash of everything its code depends on: the
+source, the jaxlib version, the compiler's version and flags, and the CPU's model and feature flags (a cache on a
+shared home read from another CPU builds its own). It is written to a temporary name and renamed into place, so
+processes building at once each end with a whole library. An unwritable cache directory falls back to a
+private temporary one; no compiler, or a failed build, leaves the XLA path, with the reason in :func:`status`.
+
+``PYTEST_REWARD_CPU_KERNELS=0`` turns the kernels off (read when a program is traced).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("decode_attention.cc")
+TARGET = "pytest_reward_decode_attention"
+FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-w")
+BUILD_TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True)
+class KernelStatus:
+    """Whether the kernel runs, and where it came from or why not."""
+
+    available: bool
+    detail: str  # the library's path and whether it was built or reused, or the reason it is unavailable
+    library: Path | None = None
+
+
+_lock = threading.Lock()
+_status: KernelStatus | None = None
+
+
+def enabled_by_env() -> bool:
+    return os.environ.get("PYTEST_REWARD_CPU_KERNELS", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def cache_dir() -> Path:
+    if os.environ.get("PYTEST_REWARD_KERNEL_CACHE"):
+        return Path(os.environ["PYTEST_REWARD_KERNEL_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "pytest-reward" / "kernels"
+
+
+def compiler() -> str | None:
+    for name in (os.environ.get("CXX"), "c++", "g++", "clang++"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def _cpu_identity() -> str:
+    """The CPU's model and feature flags (``-march=native`` code runs only where these match)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return f"{platform.machine()} {platform.processor()}"
+    keep = [ln for ln in text.splitlines() if ln.split(":")[0].strip() in ("model name", "flags", "Features")]
+    return "\n".join(sorted(set(keep)))
+
+
+def _library_name(cxx: str) -> str:
+    version = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=60).stdout
+    key = hashlib.sha256()
+    for part in (
+        SOURCE.read_bytes(),
+        jax.__version__,
+        metadata.version("jaxlib"),
+        version,
+        " ".join(FLAGS),
+        _cpu_identity(),
+    ):
+        key.update(part if isinstance(part, bytes) else part.encode())
+        key.update(b"\0")
+    return f"decode_attention-{key.hexdigest()[:20]}.so"
+
+
+def _build(cxx: str, directory: Path, name: str) -> tuple[Path, bool]:
+    """The library in ``directory`` (built there if missing); whether this call built it."""
+    target = directory / name
+    if target.is_file():
+        return target, False
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
+    os.close(fd)
+    try:
+        cmd = [cxx, *FLAGS, f"-I{jax.ffi.include_dir()}", str(SOURCE), "-o", tmp]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.strip()[-2000:]}")
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target, True
+
+
+def _load() -> KernelStatus:
+    if not enabled_by_env():
+        return KernelStatus(False, "turned off by PYTEST_REWARD_CPU_KERNELS")
+    cxx = compiler()
+    if cxx is None:
+        return KernelStatus(False, "no C++ compiler ($CXX, c++, g++ or clang++) on PATH")
+    try:
+        name = _library_name(cxx)
+        try:
+            path, built = _build(cxx, cache_dir(), name)
+        except OSError as exc:  # an unwritable cache: a private directory for this process
+            private = Path(tempfile.mkdtemp(prefix="pytest-reward-kernels-"))
+            log.info("kernel cache %s not usable (%s); building in %s", cache_dir(), exc, private)
+            path, built = _build(cxx, private, name)
+        library = ctypes.CDLL(str(path))
+        jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(getattr(library, TARGET)), platform="cpu")
+    except (
+        OSError,
+        RuntimeError,
+        AttributeError,
+        subprocess.SubprocessError,
+        metadata.PackageNotFoundError,
+    ) as exc:
+        log.warning("CPU decode-attention kernel unavailable, the XLA path runs: %s", exc)
+        return KernelStatus(False, f"build or load failed: {exc}")
+    return KernelStatus(True, f"{'built' if built else 'reused'} {path}", path)
+
+
+def status() -> KernelStatus:
+    """Build (once per process) and register the kernel; what came of it. Thread-safe."""
+    global _status
+    with _lock:
+        if _status is None:
+            _status = _load()
+        return _status
+
+
+def available() -> bool:
+    """Whether programs traced now call the kernel on the CPU (False when turned off by the environment)."""
+    return enabled_by_env() and status().available
+
+
+def decode_attention(q: jax.Array, k: jax.Array, v: jax.Array, valid: jax.Array, scale: float) -> jax.Array:
+    """q (B, KV, G, Dh), k/v (B, KV, S, Dh) float32, valid (B, S) bool -> (B, KV, G, Dh) float32, on the CPU.
+
+    Softmax attention of each query row over the valid slots of its row (a row with none: the mean of all its
+    values, as the XLA path gives). Call only where :func:`available` is true, and only on the CPU.
+    """
+    out = jax.ShapeDtypeStruct(q.shape, jnp.float32)
+    return jax.ffi.ffi_call(TARGET, out)(q, k, v, valid.astype(jnp.bool_), scale=np.float32(scale))

@@ -54,7 +54,14 @@ sys.path.insert(0, str(REPO))
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from pytest_reward.jax import ByteTokenizer, InferenceJob, ModelConfig, init_params, resolve_model  # noqa: E402
+from pytest_reward.jax import (  # noqa: E402
+    ByteTokenizer,
+    InferenceJob,
+    ModelConfig,
+    init_params,
+    kernels,
+    resolve_model,
+)
 from pytest_reward.jax import generate as gen  # noqa: E402
 
 SECTION = "## JAX inference engine (issue 7)"
@@ -318,7 +325,8 @@ def where_bench(peak: float, reps: int, B: int = 32, S: int = 128) -> None:
     and timed (best of ``5 * reps``), the way the engine computes it now and the way it did before issue 19:
     matmuls with the weight on the right (``x (B, in) @ w (in, out)``) or on the left (``wt (out, in) @ x (in,
     B)``), argmax as jax's (value, index) reduction or as two plain reductions, sampling by Gumbel draws
-    (``jax.random.categorical``) or by inverse transform (``generate.sample_categorical``)."""
+    (``jax.random.categorical``) or by inverse transform (``generate.sample_categorical``), attention over the cache
+    as XLA's products or as the CPU kernel (:mod:`pytest_reward.jax.kernels`, where it is available)."""
     from pytest_reward.jax import model as model_mod
 
     cfg = ModelConfig.gpt2(vocab_size=50257, d_model=768, n_layers=12, n_heads=12, max_positions=1024)
@@ -347,8 +355,10 @@ def where_bench(peak: float, reps: int, B: int = 32, S: int = 128) -> None:
     rows.append((f"unembedding ({D}x{V})", 1, t(lambda h, e: h @ e.T, h, emb), t(mm, emb, h.T.copy())))
     q, k, v = arr(B, H, 1, 1, Dh), arr(B, H, S, Dh), arr(B, H, S, Dh)
     allowed = jnp.ones((B, 1, 1, 1, S), bool)
-    att = t(lambda q, k, v: model_mod._attend(q, k, v, allowed, cfg), q, k, v)
-    rows.append((f"attention over the cache ({S} slots)", L, att, att))
+    valid = jnp.ones((B, S), bool)
+    att_before = t(lambda q, k, v: model_mod._attend(q, k, v, allowed, cfg), q, k, v)
+    att_now = t(lambda q, k, v: model_mod._attend_decode(q, k, v, valid, cfg), q, k, v)  # the CPU kernel
+    rows.append((f"attention over the cache ({S} slots)", L, att_before, att_now))
     x_bd, x_db = arr(B, D), arr(D, B)
     norm_p = {"scale": jnp.ones((D,)), "bias": jnp.zeros((D,))}
     rows.append(
@@ -520,6 +530,7 @@ def main() -> None:
     torch_version = torch.__version__
     machine_line = machine()
     say(f"Machine: {machine_line}; torch threads {torch.get_num_threads()}; jax devices {jax.devices()}")
+    say(f"- CPU decode-attention kernel: {kernels.status().detail}")
     peak = matmul_peak(10)
     before = engine_at(args.against) if args.against else None
     if before is not None:

@@ -32,6 +32,7 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str], bool]] = {
     "gating": ("bench_gating.py", [], ["--trials", "100", "--resamples", "200"], False),
     "reports": ("bench_reports.py", [], ["--n", "2000", "--repeat", "1"], False),
     "rollout": ("bench_rollout.py", [], ["--quick", "--reps", "1"], True),
+    "attention": ("bench_attention.py", [], ["--reps", "3"], True),
     "prompt_only": ("bench_prompt_only.py", [], ["--n", "64", "--repeat", "1"], False),
     "probes": ("bench_probes.py", [], ["--quick"], True),
     "executors": ("bench_executors.py", [], ["--quick"], True),

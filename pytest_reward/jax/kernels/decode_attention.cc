@@ -92,9 +92,14 @@ void attend_pair(const Problem &p, int64_t item, float *__restrict scores, int32
     float m = -INFINITY;
     for (int64_t i = 0; i < n; ++i) {
       const float *kr = K + slots[i] * dh;
-      v16 acc = {};
-      for (int64_t j = 0; j < nv; ++j) acc += load16(qg + 16 * j) * load16(kr + 16 * j);
-      float x = hsum(acc);
+      v16 acc0 = {}, acc1 = {};  // two chains of multiply-adds instead of one
+      int64_t j = 0;
+      for (; j + 2 <= nv; j += 2) {
+        acc0 += load16(qg + 16 * j) * load16(kr + 16 * j);
+        acc1 += load16(qg + 16 * j + 16) * load16(kr + 16 * j + 16);
+      }
+      if (j < nv) acc0 += load16(qg + 16 * j) * load16(kr + 16 * j);
+      float x = hsum(acc0 + acc1);
       for (int64_t d = tail; d < dh; ++d) x += qg[d] * kr[d];
       x *= p.scale;
       sc[i] = x;
@@ -109,18 +114,26 @@ void attend_pair(const Problem &p, int64_t item, float *__restrict scores, int32
     for (int64_t i = 0; i < n; ++i) sc[i] *= inv;
   }
 
+  // Values: each row read once, in slot order, into accumulators (registers when the width is known).
   for (int64_t g = 0; g < G; ++g) {
     const float *sc = scores + g * S;
     float *og = O + g * dh;
-    for (int64_t j = 0; j < nv; ++j) {
-      v16 acc = {};
-      for (int64_t i = 0; i < n; ++i) acc += sc[i] * load16(V + slots[i] * dh + 16 * j);
-      store16(og + 16 * j, acc);
-    }
-    for (int64_t d = tail; d < dh; ++d) {
-      float acc = 0.0f;
-      for (int64_t i = 0; i < n; ++i) acc += sc[i] * V[slots[i] * dh + d];
-      og[d] = acc;
+    if constexpr (DH > 0) {
+      v16 acc[DH / 16] = {};
+      for (int64_t i = 0; i < n; ++i) {
+        const float *vr = V + slots[i] * DH;
+        const float w = sc[i];
+        for (int j = 0; j < DH / 16; ++j) acc[j] += w * load16(vr + 16 * j);
+      }
+      for (int j = 0; j < DH / 16; ++j) store16(og + 16 * j, acc[j]);
+    } else {
+      for (int64_t d = 0; d < dh; ++d) og[d] = 0.0f;
+      for (int64_t i = 0; i < n; ++i) {
+        const float *vr = V + slots[i] * dh;
+        const float w = sc[i];
+        for (int64_t j = 0; j < nv; ++j) store16(og + 16 * j, load16(og + 16 * j) + w * load16(vr + 16 * j));
+        for (int64_t d = tail; d < dh; ++d) og[d] += w * vr[d];
+      }
     }
   }
 }

@@ -11,8 +11,9 @@ The source (``decode_attention.cc``, shipped in the package) is compiled once pe
 ``~/.cache/pytest-reward/kernels``). The library's name carries a hash of everything its code depends on: the
 source, the jaxlib version, the compiler's version and flags, and the CPU's model and feature flags (a cache on a
 shared home read from another CPU builds its own). It is written to a temporary name and renamed into place, so
-processes building at once each end with a whole library. An unwritable cache directory falls back to a
-private temporary one; no compiler, or a failed build, leaves the XLA path, with the reason in :func:`status`.
+processes building at once each end with a whole library. A cache directory that cannot be written, or that
+another user owns or can write to (a library from there would run their code), gives way to a private temporary
+one; no compiler, or a failed build, leaves the XLA path, with the reason in :func:`status`.
 
 ``PYTEST_REWARD_CPU_KERNELS=0`` turns the kernels off (read when a program is traced).
 """
@@ -101,12 +102,24 @@ def _library_name(cxx: str) -> str:
     return f"decode_attention-{key.hexdigest()[:20]}.so"
 
 
+def _check_private(path: Path) -> None:
+    """Raise OSError unless ``path`` is this user's and writable by nobody else: a library loaded from a directory
+    another user can write to would run their code in this process."""
+    st = path.stat()
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        raise PermissionError(f"{path} belongs to uid {st.st_uid}, not to this user")
+    if st.st_mode & 0o022:
+        raise PermissionError(f"{path} is writable by group or others (mode {st.st_mode & 0o777:o})")
+
+
 def _build(cxx: str, directory: Path, name: str) -> tuple[Path, bool]:
     """The library in ``directory`` (built there if missing); whether this call built it."""
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _check_private(directory)
     target = directory / name
     if target.is_file():
+        _check_private(target)
         return target, False
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
     os.close(fd)
     try:
@@ -114,6 +127,7 @@ def _build(cxx: str, directory: Path, name: str) -> tuple[Path, bool]:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
         if proc.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.strip()[-2000:]}")
+        os.chmod(tmp, 0o755)  # whatever the umask: the reuse check refuses group- or world-writable files
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):

@@ -265,11 +265,30 @@ def test_an_unusable_cache_directory_builds_in_a_private_one(tmp_path):
     got = _status(PYTEST_REWARD_KERNEL_CACHE=str(blocker / "kernels"))
     assert got["available"] and got["out"] == list(range(16, 32))
     assert not Path(got["library"]).is_relative_to(blocker)
+    assert not Path(got["library"]).parent.exists()  # the private directory went with its process
 
 
-def test_turned_off_by_the_environment():
-    got = _status(PYTEST_REWARD_CPU_KERNELS="0")
+def test_turned_off_by_the_environment(tmp_path):
+    got = _status(PYTEST_REWARD_CPU_KERNELS="0", PYTEST_REWARD_KERNEL_CACHE=str(tmp_path / "cache"))
     assert not got["available"] and "PYTEST_REWARD_CPU_KERNELS" in got["detail"]
+    assert not (tmp_path / "cache").exists()  # nothing built
+
+
+@needs_kernel
+def test_turned_on_again_later_in_the_same_process(tmp_path):
+    script = textwrap.dedent(
+        """
+        import os
+        from pytest_reward.jax import kernels
+        off = kernels.status()
+        del os.environ["PYTEST_REWARD_CPU_KERNELS"]
+        on = kernels.status()
+        print(off.available, on.available, kernels.available())
+        """
+    )
+    proc = _run(script, PYTEST_REWARD_CPU_KERNELS="0", PYTEST_REWARD_KERNEL_CACHE=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["False", "True", "True"]
 
 
 @needs_kernel

@@ -20,6 +20,7 @@ one; no compiler, or a failed build, leaves the XLA path, with the reason in :fu
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import hashlib
 import logging
@@ -136,8 +137,6 @@ def _build(cxx: str, directory: Path, name: str) -> tuple[Path, bool]:
 
 
 def _load() -> KernelStatus:
-    if not enabled_by_env():
-        return KernelStatus(False, "turned off by PYTEST_REWARD_CPU_KERNELS")
     cxx = compiler()
     if cxx is None:
         return KernelStatus(False, "no C++ compiler ($CXX, c++, g++ or clang++) on PATH")
@@ -147,6 +146,7 @@ def _load() -> KernelStatus:
             path, built = _build(cxx, cache_dir(), name)
         except OSError as exc:  # an unwritable cache: a private directory for this process
             private = Path(tempfile.mkdtemp(prefix="pytest-reward-kernels-"))
+            atexit.register(shutil.rmtree, private, ignore_errors=True)  # a loaded library may be unlinked
             log.info("kernel cache %s not usable (%s); building in %s", cache_dir(), exc, private)
             path, built = _build(cxx, private, name)
         library = ctypes.CDLL(str(path))
@@ -164,8 +164,11 @@ def _load() -> KernelStatus:
 
 
 def status() -> KernelStatus:
-    """Build (once per process) and register the kernel; what came of it. Thread-safe."""
+    """Build (once per process) and register the kernel; what came of it. Thread-safe. While
+    ``PYTEST_REWARD_CPU_KERNELS=0`` it builds nothing and says so (and builds once that is unset)."""
     global _status
+    if not enabled_by_env():
+        return KernelStatus(False, "turned off by PYTEST_REWARD_CPU_KERNELS")
     with _lock:
         if _status is None:
             _status = _load()

@@ -87,6 +87,18 @@ def best(fn: Callable[[], object], reps: int) -> float:
     return min(times)
 
 
+def best_interleaved(fns: dict[str, Callable[[], object]], reps: int) -> dict[str, float]:
+    """Best-of-``reps`` seconds of each function, timed in alternation so that a burst of load from other
+    processes on a shared machine hits every contender alike."""
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(reps):
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t0)
+    return {k: min(v) for k, v in times.items()}
+
+
 def per_step(
     time_long: Callable[[], float], time_short: Callable[[], float], steps: int, rounds: int = 4
 ) -> float | None:

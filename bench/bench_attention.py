@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import jax
 import jax.numpy as jnp
-from _common import best, machine, write_section
+from _common import best, best_interleaved, machine, write_section
 
 from pytest_reward.jax import ModelConfig, kernels, model
 
@@ -85,10 +85,14 @@ def case(name: str, shape: tuple[int, ...], reps: int) -> None:
 
     fx, fk = chained(xla, L), chained(kernel, L)
     diff = float(np.abs(np.asarray(fx(q, ks, vs, valid)) - np.asarray(fk(q, ks, vs, valid))).max())
-    tx = tk = float("inf")
-    for _ in range(reps):  # alternating, each keeping its least time
-        tx = min(tx, best(lambda: fx(q, ks, vs, valid).block_until_ready(), 1))
-        tk = min(tk, best(lambda: fk(q, ks, vs, valid).block_until_ready(), 1))
+    t = best_interleaved(
+        {
+            "xla": lambda: fx(q, ks, vs, valid).block_until_ready(),
+            "kernel": lambda: fk(q, ks, vs, valid).block_until_ready(),
+        },
+        reps,
+    )
+    tx, tk = t["xla"], t["kernel"]
     every, valid_bytes = 2 * L * B * KV * S * Dh * 4, 2 * L * B * KV * used * Dh * 4
     say(
         f"| {name} | {used}/{S} | {tx * 1e3:.2f} | {every / tx / 1e9:.1f} | {tk * 1e3:.2f} | "

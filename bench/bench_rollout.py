@@ -46,7 +46,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from _common import best, cpu_model, hf_generate_fn, write_section
+from _common import best, best_interleaved, cpu_model, hf_generate_fn, write_section
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -75,18 +75,6 @@ def say(line: str = "") -> None:
 
 def load() -> str:
     return f"{os.getloadavg()[0]:.1f}"
-
-
-def best_interleaved(fns: dict[str, Callable[[], object]], reps: int) -> dict[str, float]:
-    """Best-of-``reps`` seconds of each function, timed in alternation so that a burst of load from other
-    processes on a shared machine hits every contender alike."""
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(reps):
-        for k, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            times[k].append(time.perf_counter() - t0)
-    return {k: min(v) for k, v in times.items()}
 
 
 def machine() -> str:

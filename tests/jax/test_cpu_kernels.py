@@ -299,3 +299,45 @@ def test_a_cache_directory_others_can_write_to_is_not_trusted(tmp_path):
     got = _status(PYTEST_REWARD_KERNEL_CACHE=str(shared))
     assert got["available"] and got["out"] == list(range(16, 32))
     assert not Path(got["library"]).is_relative_to(shared) and not list(shared.iterdir())
+
+
+@needs_kernel
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda q, k, v, valid: (q, k, v[:, :, :-1], valid), "shapes of q, k, v and valid disagree"),
+        (lambda q, k, v, valid: (q, k, v, valid[:, :-1]), "shapes of q, k, v and valid disagree"),
+        (lambda q, k, v, valid: (q[:, :1], k, v, valid), "shapes of q, k, v and valid disagree"),
+        (lambda q, k, v, valid: (q[0], k, v, valid), "q, k, v must be rank 4 and valid rank 2"),
+        (lambda q, k, v, valid: (q, k.astype(np.float16), v, valid), "expected F32 but got F16"),
+    ],
+)
+def test_operands_that_do_not_fit_are_refused_with_the_reason(change, message):
+    q = np.ones((2, 3, 1, 16), np.float32)
+    k = v = np.ones((2, 3, 5, 16), np.float32)
+    valid = np.ones((2, 5), bool)
+    with pytest.raises(jax.errors.JaxRuntimeError, match=message):
+        kernels.decode_attention(*change(q, k, v, valid), 0.25).block_until_ready()
+
+
+@needs_kernel
+def test_a_first_call_builds_and_registers_the_kernel_itself(tmp_path):
+    script = textwrap.dedent(
+        """
+        import numpy as np
+        from pytest_reward.jax import kernels
+        q = np.ones((1, 1, 1, 16), np.float32); kv = np.arange(32, dtype=np.float32).reshape(1, 1, 2, 16)
+        print(np.asarray(kernels.decode_attention(q, kv, kv, np.array([[True, False]]), 0.25)).ravel().tolist())
+        """
+    )
+    proc = _run(script, PYTEST_REWARD_KERNEL_CACHE=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.splitlines()[-1]) == list(range(16))
+
+
+def test_a_call_where_the_kernel_is_unavailable_says_why(monkeypatch):
+    monkeypatch.setenv("PYTEST_REWARD_CPU_KERNELS", "0")
+    q = np.ones((1, 1, 1, 16), np.float32)
+    kv = np.ones((1, 1, 2, 16), np.float32)
+    with pytest.raises(RuntimeError, match="not available: turned off by PYTEST_REWARD_CPU_KERNELS"):
+        kernels.decode_attention(q, kv, kv, np.ones((1, 2), bool), 0.25)

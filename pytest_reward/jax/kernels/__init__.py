@@ -177,14 +177,18 @@ def status() -> KernelStatus:
 
 def available() -> bool:
     """Whether programs traced now call the kernel on the CPU (False when turned off by the environment)."""
-    return enabled_by_env() and status().available
+    return status().available
 
 
 def decode_attention(q: jax.Array, k: jax.Array, v: jax.Array, valid: jax.Array, scale: float) -> jax.Array:
     """q (B, KV, G, Dh), k/v (B, KV, S, Dh) float32, valid (B, S) bool -> (B, KV, G, Dh) float32, on the CPU.
 
     Softmax attention of each query row over the valid slots of its row (a row with none: the mean of all its
-    values, as the XLA path gives). Call only where :func:`available` is true, and only on the CPU.
+    values, as the XLA path gives). On the CPU only; builds and registers the kernel on first use, and raises
+    RuntimeError with the reason where it is not available (:func:`status`).
     """
+    got = status()
+    if not got.available:
+        raise RuntimeError(f"the CPU decode-attention kernel is not available: {got.detail}")
     out = jax.ShapeDtypeStruct(q.shape, jnp.float32)
     return jax.ffi.ffi_call(TARGET, out)(q, k, v, valid.astype(jnp.bool_), scale=np.float32(scale))

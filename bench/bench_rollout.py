@@ -134,6 +134,9 @@ def engine_at(rev: str) -> types.ModuleType:
         ).stdout
         (pkg / f"{name}.py").write_text(src)
     sys.path.insert(0, str(tmp))
+    # A revision with CPU kernels imports them as ``from . import kernels``: it gets this revision's (one library
+    # per process; the attention kernel it calls, ``kernels.decode_attention``, is the same call).
+    sys.modules["engine_before.kernels"] = kernels
     return importlib.import_module("engine_before.generate")
 
 
@@ -314,7 +317,8 @@ def where_bench(peak: float, reps: int, B: int = 32, S: int = 128) -> None:
     matmuls with the weight on the right (``x (B, in) @ w (in, out)``) or on the left (``wt (out, in) @ x (in,
     B)``), argmax as jax's (value, index) reduction or as two plain reductions, sampling by Gumbel draws
     (``jax.random.categorical``) or by inverse transform (``generate.sample_categorical``), attention over the cache
-    as XLA's products or as the CPU kernel (:mod:`pytest_reward.jax.kernels`, where it is available)."""
+    as XLA's products after transposing the projections and writing the cache, or as the engine does now (the CPU
+    kernel of :mod:`pytest_reward.jax.kernels` where it is available, which writes the cache itself)."""
     from pytest_reward.jax import model as model_mod
 
     cfg = ModelConfig.gpt2(vocab_size=50257, d_model=768, n_layers=12, n_heads=12, max_positions=1024)
@@ -329,6 +333,19 @@ def where_bench(peak: float, reps: int, B: int = 32, S: int = 128) -> None:
         jax.block_until_ready(f(*a))
         return 1e3 * best(lambda: jax.block_until_ready(f(*a)), 5 * reps)
 
+    def t_updating(fn: Callable, h: jax.Array, ck: jax.Array, cv: jax.Array) -> float:
+        """Like ``t`` for ``fn(h, ck, cv) -> (out, ck, cv)``, the caches donated and fed back, as a decode loop
+        carries them (an input not donated would be copied whole before it is written)."""
+        f = jax.jit(fn, donate_argnums=(1, 2))
+        cache = list(f(h, ck, cv)[1:])
+
+        def once() -> None:
+            out, *cache[:] = f(h, *cache)
+            jax.block_until_ready(out)
+
+        once()
+        return 1e3 * best(once, 5 * reps)
+
     mm = lambda x, w: x @ w  # noqa: E731
     rows: list[tuple[str, int, float, float]] = []  # part, count per step, before ms, now ms
     for name, n_in, n_out in (
@@ -341,12 +358,27 @@ def where_bench(peak: float, reps: int, B: int = 32, S: int = 128) -> None:
         rows.append((f"matmul {name} ({n_in}x{n_out})", L, t(mm, x, w), t(mm, w.T.copy(), x.T.copy())))
     emb, h = arr(V, D), arr(B, D)
     rows.append((f"unembedding ({D}x{V})", 1, t(lambda h, e: h @ e.T, h, emb), t(mm, emb, h.T.copy())))
-    q, k, v = arr(B, H, 1, 1, Dh), arr(B, H, S, Dh), arr(B, H, S, Dh)
+    h, pos, slot = arr(3 * D, B), jnp.full((B,), S - 1, jnp.int32), jnp.int32(S - 1)
     allowed = jnp.ones((B, 1, 1, 1, S), bool)
     valid = jnp.ones((B, S), bool)
-    att_before = t(lambda q, k, v: model_mod._attend(q, k, v, allowed, cfg), q, k, v)
-    att_now = t(lambda q, k, v: model_mod._attend_decode(q, k, v, valid, cfg), q, k, v)  # the CPU kernel
-    rows.append((f"attention over the cache ({S} slots)", L, att_before, att_now))
+
+    def attend_before(h, ck, cv):  # transposes, XLA's cache write, XLA's attention
+        q, k, v = model_mod._split_qkv_t(h, cfg)
+        ck = jax.lax.dynamic_update_slice(ck, k, (0, 0, slot, 0))
+        cv = jax.lax.dynamic_update_slice(cv, v, (0, 0, slot, 0))
+        return model_mod._attend(q, ck, cv, allowed, cfg)[:, 0].T, ck, cv
+
+    def attend_now(h, ck, cv):  # the CPU kernel where it is available
+        return model_mod._attend_decode(h, pos, slot, ck, cv, valid, cfg)
+
+    rows.append(
+        (
+            f"attention over the cache ({S} slots), cache write included",
+            L,
+            t_updating(attend_before, h, arr(B, H, S, Dh), arr(B, H, S, Dh)),
+            t_updating(attend_now, h, arr(B, H, S, Dh), arr(B, H, S, Dh)),
+        )
+    )
     x_bd, x_db = arr(B, D), arr(D, B)
     norm_p = {"scale": jnp.ones((D,)), "bias": jnp.zeros((D,))}
     rows.append(
@@ -365,7 +397,7 @@ def where_bench(peak: float, reps: int, B: int = 32, S: int = 128) -> None:
             "greedy pick (argmax)",
             1,
             t(lambda x: jnp.argmax(x, axis=-1), logits),
-            t(lambda x: gen.argmax_first(x, axis=0), logits.T.copy()),
+            t(lambda x: gen.greedy_tokens(x, vocab_axis=0), logits.T.copy()),
         )
     )
     keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.PRNGKey(0), i))(jnp.arange(B))
@@ -393,8 +425,8 @@ def where_bench(peak: float, reps: int, B: int = 32, S: int = 128) -> None:
     say(
         f"| **sum, greedy** | | **{tot_b:.1f}** | **{tot_n:.1f}** |\n\n"
         f"- matmul FLOPs per step {flops:.2f} G: at the sum of the parts that is {100 * flops / tot_b * 1e3 / peak:.0f} % "
-        f"of peak before and {100 * flops / tot_n * 1e3 / peak:.0f} % now (the whole step adds the loop, the cache "
-        f"writes and the stop check; load average {load()})"
+        f"of peak before and {100 * flops / tot_n * 1e3 / peak:.0f} % now (the whole step adds the loop and the "
+        f"stop check; load average {load()})"
     )
 
 
@@ -518,7 +550,7 @@ def main() -> None:
     torch_version = torch.__version__
     machine_line = machine()
     say(f"Machine: {machine_line}; torch threads {torch.get_num_threads()}; jax devices {jax.devices()}")
-    say(f"- CPU decode-attention kernel: {kernels.status().detail}")
+    say(f"- CPU kernels (decode attention, greedy pick): {kernels.status().detail}")
     peak = matmul_peak(10)
     before = engine_at(args.against) if args.against else None
     if before is not None:

@@ -141,6 +141,17 @@ def _rope(x: jax.Array, pos: jax.Array, cfg: ModelConfig) -> jax.Array:
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
 
 
+def _rope_t(h: jax.Array, pos: jax.Array, cfg: ModelConfig) -> jax.Array:
+    """:func:`_rope` of the query and key heads of feature-major projections: h ((H+2KV) Dh, B), pos (B,)."""
+    Dh, n = cfg.head_dim, cfg.n_heads + cfg.n_kv_heads
+    x = h.reshape(-1, Dh, h.shape[1])  # (heads, Dh, B)
+    angles = jnp.asarray(rope_inv_freq(cfg))[:, None] * pos.astype(jnp.float32)[None, :]  # (Dh/2, B)
+    cos, sin = jnp.cos(angles).astype(h.dtype), jnp.sin(angles).astype(h.dtype)
+    x1, x2 = jnp.split(x[:n], 2, axis=1)
+    rotated = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=1)
+    return jnp.concatenate([rotated, x[n:]], axis=0).reshape(h.shape)
+
+
 def _split_qkv(h: jax.Array, cfg: ModelConfig) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(B, T, (H+2KV) Dh) -> q (B, KV, G, T, Dh), k (B, KV, T, Dh), v (B, KV, T, Dh)."""
     B, T, _ = h.shape
@@ -166,24 +177,49 @@ def _attend(q: jax.Array, k: jax.Array, v: jax.Array, allowed: jax.Array, cfg: M
     return o.transpose(0, 3, 1, 2, 4).reshape(B, Tq, KV * G * Dh)
 
 
-def _attend_decode(q: jax.Array, k: jax.Array, v: jax.Array, valid: jax.Array, cfg: ModelConfig) -> jax.Array:
-    """:func:`_attend` for one query token per row: q (B, KV, G, 1, Dh), k/v (B, KV, S, Dh), valid (B, S) bool ->
-    (B, H Dh). On the CPU with float32 operands this is the hand-written kernel of :mod:`.kernels` (where it is
-    available: it reads each valid cache slot once, ~1.5x faster than XLA's two batched matrix-vector products);
-    elsewhere, and on every other platform of the same program, the XLA path."""
+def _attend_decode(
+    h: jax.Array,
+    pos: jax.Array,
+    slot: jax.Array,
+    ck: jax.Array,
+    cv: jax.Array,
+    valid: jax.Array,
+    cfg: ModelConfig,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """A decode step's attention: h ((H+2KV) Dh, B) the query, key and value projections feature-major, pos (B,)
+    int32, slot () int32 the cache slot every row writes (clamped into the cache, as a dynamic update slice is) or
+    (B,) int32 one per row (a slot outside the cache writes nothing), ck/cv (B, KV, S, Dh), valid (B, S) bool ->
+    (H Dh, B) feature-major, and ck, cv with this token's keys and values written.
 
-    def xla(q: jax.Array, k: jax.Array, v: jax.Array, valid: jax.Array) -> jax.Array:
-        return _attend(q, k, v, valid[:, None, None, None, :], cfg)[:, 0]
+    On the CPU with float32 operands this is the hand-written kernel of :mod:`.kernels` where it is available: it
+    reads the projections where the matmul left them, writes the cache rows in place and reads each valid cache
+    slot once (~1.5x faster than XLA's two batched matrix-vector products, with no transposes and no separate
+    cache write); elsewhere, and on every other platform of the same program, the XLA path."""
+    B, S = ck.shape[0], ck.shape[2]
 
-    if not (q.dtype == k.dtype == v.dtype == jnp.float32 and kernels.available()):
-        return xla(q, k, v, valid)
+    def xla(h, pos, slot, ck, cv, valid):  # type: ignore[no-untyped-def]
+        q, k, v = _split_qkv_t(h, cfg)  # q (B, KV, G, 1, Dh), k/v (B, KV, 1, Dh)
+        if cfg.family == "llama":
+            q, k = _rope(q, pos[:, None], cfg), _rope(k, pos[:, None], cfg)
+        if jnp.ndim(slot) == 0:
+            ck = jax.lax.dynamic_update_slice(ck, k.astype(ck.dtype), (0, 0, slot, 0))  # (B, KV, S, Dh)
+            cv = jax.lax.dynamic_update_slice(cv, v.astype(cv.dtype), (0, 0, slot, 0))
+        else:  # row b's column slot[b]
+            rows = jnp.arange(B)
+            ck = ck.at[rows, :, slot].set(k[:, :, 0].astype(ck.dtype), mode="drop")
+            cv = cv.at[rows, :, slot].set(v[:, :, 0].astype(cv.dtype), mode="drop")
+        return _attend(q, ck, cv, valid[:, None, None, None, :], cfg)[:, 0].T, ck, cv
 
-    def cpu(q: jax.Array, k: jax.Array, v: jax.Array, valid: jax.Array) -> jax.Array:
-        B, KV, G, _, Dh = q.shape
-        o = kernels.decode_attention(q[:, :, :, 0], k, v, valid, 1.0 / math.sqrt(cfg.head_dim))
-        return o.reshape(B, KV * G * Dh)
+    if not (h.dtype == ck.dtype == cv.dtype == jnp.float32 and kernels.available()):
+        return xla(h, pos, slot, ck, cv, valid)
 
-    return jax.lax.platform_dependent(q, k, v, valid, cpu=cpu, default=xla)
+    def cpu(h, pos, slot, ck, cv, valid):  # type: ignore[no-untyped-def]
+        if cfg.family == "llama":
+            h = _rope_t(h, pos, cfg)
+        rows = jnp.broadcast_to(jnp.clip(slot, 0, S - 1) if jnp.ndim(slot) == 0 else slot, (B,))
+        return kernels.decode_attention_update(h, rows, ck, cv, valid, 1.0 / math.sqrt(cfg.head_dim))
+
+    return jax.lax.platform_dependent(h, pos, slot, ck, cv, valid, cpu=cpu, default=xla)
 
 
 def _embed(params: Params, cfg: ModelConfig, tokens: jax.Array, pos: jax.Array) -> jax.Array:
@@ -338,24 +374,15 @@ def decode_step(
     (it must include ``slot``). Returns the logits transposed, (V, B) float32, and the new cache.
 
     The residual stream is feature-major, (D, B), so that every matmul is ``weight (out, in) @ activations (in, B)``
-    (see :func:`decode_weights`); only the small per-head tensors of attention are transposed to (B, ...).
+    (see :func:`decode_weights`); on the CPU the attention kernel reads the projections and writes its output in
+    that layout too (:func:`_attend_decode`), elsewhere the small per-head tensors are transposed to (B, ...).
     """
-    B = token.shape[0]
-    rows = jnp.arange(B)
     x = _embed(dparams, cfg, token[:, None], pos[:, None])[:, 0].T  # (D, B)
     new_cache = []
     for lp, (ck, cv) in zip(dparams["layers"], cache, strict=True):
         h = _linear_t(lp["qkv"], _norm(lp["attn_norm"], x, cfg, axis=0))  # ((H+2KV) Dh, B)
-        q, k, v = _split_qkv_t(h, cfg)  # q (B, KV, G, 1, Dh), k/v (B, KV, 1, Dh)
-        if cfg.family == "llama":
-            q, k = _rope(q, pos[:, None], cfg), _rope(k, pos[:, None], cfg)
-        if jnp.ndim(slot) == 0:
-            ck = jax.lax.dynamic_update_slice(ck, k.astype(ck.dtype), (0, 0, slot, 0))  # (B, KV, S, Dh)
-            cv = jax.lax.dynamic_update_slice(cv, v.astype(cv.dtype), (0, 0, slot, 0))
-        else:  # row b's column slot[b]
-            ck = ck.at[rows, :, slot].set(k[:, :, 0].astype(ck.dtype))
-            cv = cv.at[rows, :, slot].set(v[:, :, 0].astype(cv.dtype))
-        x = x + _linear_t(lp["out"], _attend_decode(q, ck, cv, valid, cfg).T)  # (D, B)
+        o, ck, cv = _attend_decode(h, pos, slot, ck, cv, valid, cfg)  # o (H Dh, B)
+        x = x + _linear_t(lp["out"], o)  # (D, B)
         x = x + _mlp_t(lp, _norm(lp["mlp_norm"], x, cfg, axis=0), cfg)
         new_cache.append((ck, cv))
     h = _norm(dparams["final_norm"], x, cfg, axis=0)

@@ -1,7 +1,8 @@
-"""The hand-written CPU decode-attention kernel (pytest_reward.jax.kernels): it computes what the XLA path
-computes, decode programs call it on the CPU (and not when it is turned off), generation gives the same tokens
-with and without it, and its build is cached per machine, atomic under concurrent builders, and falls back to the
-XLA path with a reason when no compiler, a failing compiler or an unwritable cache stands in the way."""
+"""The hand-written CPU kernels (pytest_reward.jax.kernels: decode attention, with and without the cache write,
+and the greedy pick): they compute what the XLA path computes, decode programs call them on the CPU (and not when
+they are turned off), generation gives the same tokens with and without them, and their build is cached per
+machine, atomic under concurrent builders, and falls back to the XLA path with a reason when no compiler, a
+failing compiler or an unwritable cache stands in the way."""
 
 from __future__ import annotations
 
@@ -91,6 +92,68 @@ def test_kernel_is_as_accurate_as_the_xla_attention(B, KV, G, S, Dh, seed, sprea
     )
 
 
+def feature_major(q, k_new, v_new):
+    """q (B, KV, G, Dh), k_new/v_new (B, KV, Dh) -> qkv ((KV G + 2 KV) Dh, B), as a decode step's matmul leaves
+    them: the queries head by head (kv-major, then g), then the keys, then the values."""
+    B = q.shape[0]
+    return np.concatenate([q.reshape(B, -1).T, k_new.reshape(B, -1).T, v_new.reshape(B, -1).T], axis=0)
+
+
+@needs_kernel
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    B=st.integers(1, 4),
+    KV=st.integers(1, 3),
+    G=st.integers(1, 3),
+    S=st.integers(1, 24),
+    Dh=st.sampled_from([8, 16, 40, 64]),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_the_update_writes_each_rows_slot_then_attends(B, KV, G, S, Dh, seed):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((B, KV, G, Dh), np.float32)
+    k_new, v_new = (rng.standard_normal((B, KV, Dh), np.float32) for _ in range(2))
+    k, v = (rng.standard_normal((B, KV, S, Dh), np.float32) for _ in range(2))
+    slot = rng.integers(-2, S + 2, B).astype(np.int32)  # some outside the cache: they write nothing
+    valid = rng.random((B, S)) < 0.6
+    inside = (slot >= 0) & (slot < S)
+    valid[np.flatnonzero(inside), slot[inside]] = True  # a row attends to what it wrote
+    want_k, want_v = k.copy(), v.copy()
+    k_before = k.copy()
+    for b in np.flatnonzero(inside):
+        want_k[b, :, slot[b]], want_v[b, :, slot[b]] = k_new[b], v_new[b]
+    o, got_k, got_v = kernels.decode_attention_update(
+        feature_major(q, k_new, v_new), slot, k, v, valid, 1.0 / math.sqrt(Dh)
+    )
+    assert np.array_equal(np.asarray(got_k), want_k) and np.array_equal(np.asarray(got_v), want_v)
+    o = np.asarray(o)
+    assert o.shape == (KV * G * Dh, B)  # feature-major, as the output projection multiplies it
+    plain = np.asarray(kernels.decode_attention(q, want_k, want_v, valid, 1.0 / math.sqrt(Dh)))
+    # the same sums as the plain kernel over the written cache
+    assert np.array_equal(o, plain.reshape(B, -1).T)
+    assert np.array_equal(k, k_before)  # the caller's array is not written
+
+
+@needs_kernel
+def test_the_update_writes_in_place_where_the_cache_is_donated_and_never_into_a_live_input():
+    B, KV, S, Dh = 3, 2, 8, 16
+    rng = np.random.default_rng(1)
+    qkv = jnp.asarray(rng.standard_normal(((KV + 2 * KV) * Dh, B), np.float32))
+    k, v = (jnp.asarray(rng.standard_normal((B, KV, S, Dh), np.float32)) for _ in range(2))
+    slot, valid = jnp.full((B,), 5, jnp.int32), jnp.ones((B, S), bool)
+
+    def step(qkv, k, v):
+        return kernels.decode_attention_update(qkv, slot, k, v, valid, 0.25)
+
+    before = np.asarray(k).copy()
+    _, k2, _ = jax.jit(step)(qkv, k, v)  # k is still live: XLA copies it, k keeps its values
+    assert np.array_equal(np.asarray(k), before) and not np.array_equal(np.asarray(k2), before)
+    pointer = k2.unsafe_buffer_pointer()
+    _, k3, _ = jax.jit(step, donate_argnums=(1, 2))(qkv, k2, jnp.copy(v))
+    assert k3.unsafe_buffer_pointer() == pointer  # donated: written where it was, no copy of the cache
+    assert np.array_equal(np.asarray(k3), np.asarray(jax.jit(step)(qkv, jnp.asarray(before), v)[1]))
+
+
 @needs_kernel
 def test_a_row_does_not_depend_on_the_other_rows_in_its_batch():
     rng = np.random.default_rng(7)
@@ -123,11 +186,15 @@ def _decode_hlo(cfg: ModelConfig, dtype=jnp.float32) -> str:
 @needs_kernel
 def test_decode_steps_call_the_kernel_on_the_cpu_for_float32_only(monkeypatch):
     cfg = ModelConfig.gpt2(vocab_size=300, d_model=64, n_layers=2, n_heads=4, max_positions=64)
-    assert kernels.TARGET in _decode_hlo(cfg)
-    assert kernels.TARGET not in _decode_hlo(cfg, jnp.bfloat16)  # the kernel is float32: XLA runs the rest
+    hlo = _decode_hlo(cfg)
+    assert hlo.count(kernels.UPDATE_TARGET) >= cfg.n_layers  # one per layer
+    assert "dynamic_update_slice" not in hlo and "scatter" not in hlo  # the kernel writes the cache itself
+    assert kernels.UPDATE_TARGET not in _decode_hlo(
+        cfg, jnp.bfloat16
+    )  # the kernel is float32: XLA runs the rest
     monkeypatch.setenv("PYTEST_REWARD_CPU_KERNELS", "0")
     assert not kernels.available()
-    assert kernels.TARGET not in _decode_hlo(cfg)
+    assert kernels.UPDATE_TARGET not in _decode_hlo(cfg)
 
 
 @needs_kernel
@@ -305,10 +372,11 @@ def test_a_cache_directory_others_can_write_to_is_not_trusted(tmp_path):
 @pytest.mark.parametrize(
     "change, message",
     [
-        (lambda q, k, v, valid: (q, k, v[:, :, :-1], valid), "shapes of q, k, v and valid disagree"),
-        (lambda q, k, v, valid: (q, k, v, valid[:, :-1]), "shapes of q, k, v and valid disagree"),
+        (lambda q, k, v, valid: (q, k, v[:, :, :-1], valid), "shapes of k, v and valid disagree"),
+        (lambda q, k, v, valid: (q, k, v, valid[:, :-1]), "shapes of k, v and valid disagree"),
         (lambda q, k, v, valid: (q[:, :1], k, v, valid), "shapes of q, k, v and valid disagree"),
-        (lambda q, k, v, valid: (q[0], k, v, valid), "q, k, v must be rank 4 and valid rank 2"),
+        (lambda q, k, v, valid: (q[0], k, v, valid), r"q must be rank 4 \(B, KV, G, Dh\)"),
+        (lambda q, k, v, valid: (q, k, v, valid[0]), "k, v must be rank 4 and valid rank 2"),
         (lambda q, k, v, valid: (q, k.astype(np.float16), v, valid), "expected F32 but got F16"),
     ],
 )
@@ -318,6 +386,24 @@ def test_operands_that_do_not_fit_are_refused_with_the_reason(change, message):
     valid = np.ones((2, 5), bool)
     with pytest.raises(jax.errors.JaxRuntimeError, match=message):
         kernels.decode_attention(*change(q, k, v, valid), 0.25).block_until_ready()
+
+
+@needs_kernel
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda qkv, slot: (qkv[:-1], slot), r"qkv must be \(\(KV G \+ 2 KV\) Dh, B\)"),  # not whole heads
+        (lambda qkv, slot: (qkv[: 2 * 3 * 16], slot), r"qkv must be"),  # keys and values only: no queries
+        (lambda qkv, slot: (qkv[:, :1], slot), r"qkv must be"),  # another batch
+        (lambda qkv, slot: (qkv, slot[:1]), r"slot \(B,\)"),
+    ],
+)
+def test_update_operands_that_do_not_fit_are_refused_with_the_reason(change, message):
+    qkv = np.ones(((6 + 2 * 3) * 16, 2), np.float32)  # 6 query heads over 3 kv heads, width 16, batch 2
+    k = v = np.ones((2, 3, 5, 16), np.float32)
+    qkv, slot = change(qkv, np.zeros(2, np.int32))
+    with pytest.raises((jax.errors.JaxRuntimeError, ValueError, TypeError), match=message):
+        jax.block_until_ready(kernels.decode_attention_update(qkv, slot, k, v, np.ones((2, 5), bool), 0.25))
 
 
 @needs_kernel
@@ -341,3 +427,82 @@ def test_a_call_where_the_kernel_is_unavailable_says_why(monkeypatch):
     kv = np.ones((1, 1, 2, 16), np.float32)
     with pytest.raises(RuntimeError, match="not available: turned off by PYTEST_REWARD_CPU_KERNELS"):
         kernels.decode_attention(q, kv, kv, np.ones((1, 2), bool), 0.25)
+
+
+def numpy_argmax(x, axis):
+    """numpy's argmax: the first index of the largest value, the first NaN where there is one."""
+    return np.argmax(x, axis=axis).astype(np.int32)
+
+
+@st.composite
+def logits_with_ties_and_nans(draw, max_rows=3000, max_cols=40):
+    V, B = draw(st.integers(1, max_rows)), draw(st.integers(1, max_cols))
+    rng = np.random.default_rng(draw(st.integers(0, 2**31 - 1)))
+    x = rng.standard_normal((V, B)).astype(np.float32)
+    top = np.float32(draw(st.sampled_from([3.0, np.inf, np.float32(np.finfo(np.float32).max)])))
+    for _ in range(draw(st.integers(0, 6))):  # ties at the top, in any rows
+        x[rng.integers(0, V), rng.integers(0, B)] = top
+    for _ in range(draw(st.integers(0, 3))):  # NaNs: numpy's argmax takes the first of them
+        x[rng.integers(0, V), rng.integers(0, B)] = np.nan
+    if draw(st.booleans()):
+        x[:, 0] = -np.inf  # a column of -inf: index 0
+    return x
+
+
+@needs_kernel
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(x=logits_with_ties_and_nans())
+def test_the_greedy_pick_kernel_is_numpys_argmax(x):
+    assert np.array_equal(np.asarray(kernels.argmax_columns(x)), numpy_argmax(x, 0))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(x=logits_with_ties_and_nans(max_rows=600, max_cols=20))
+def test_the_xla_greedy_pick_is_numpys_argmax_on_either_axis(x):
+    from pytest_reward.jax.generate import argmax_first
+
+    assert np.array_equal(np.asarray(argmax_first(jnp.asarray(x), axis=0)), numpy_argmax(x, 0))
+    assert np.array_equal(np.asarray(argmax_first(jnp.asarray(x.T), axis=1)), numpy_argmax(x, 0))
+
+
+@needs_kernel
+def test_the_greedy_pick_splits_large_logits_and_keeps_the_first_index_across_the_split():
+    V, B = 50257, 32  # GPT-2's vocabulary at batch 32: the rows are shared out over the threads
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((V, B)).astype(np.float32)
+    x[V - 1, :] = 9.0  # the last row, in the last thread's range...
+    x[V // 2 - 1 : V // 2 + 1, 1] = 10.0  # a tie astride the middle
+    x[V - 2, 2], x[7, 2] = 11.0, 11.0  # ...and a tie of the first range with the last
+    x[[100, 40000], 3] = np.nan  # NaNs in two ranges: the first wins
+    x[40000, 4] = np.nan  # a NaN in a later range beats a larger number in an earlier one
+    x[5, 4] = 50.0
+    got = np.asarray(kernels.argmax_columns(x))
+    assert np.array_equal(got, numpy_argmax(x, 0))
+    assert got[:5].tolist() == [V - 1, V // 2 - 1, 7, 100, 40000]
+
+
+@needs_kernel
+def test_greedy_decoding_calls_the_pick_kernel_on_the_cpu_for_float32_logits_only(monkeypatch):
+    from pytest_reward.jax import generate
+
+    hlo = lambda x, axis: jax.jit(lambda x: generate.greedy_tokens(x, axis)).lower(x).as_text()  # noqa: E731
+    x = jnp.zeros((300, 4), jnp.float32)
+    assert kernels.ARGMAX_TARGET in hlo(x, 0)
+    assert kernels.ARGMAX_TARGET not in hlo(x.T, -1)  # (B, V): a prefill's logits, once per rollout
+    assert kernels.ARGMAX_TARGET not in hlo(x.astype(jnp.bfloat16), 0)
+    monkeypatch.setenv("PYTEST_REWARD_CPU_KERNELS", "0")
+    assert kernels.ARGMAX_TARGET not in hlo(x, 0)
+
+
+@needs_kernel
+@pytest.mark.parametrize(
+    "x, message",
+    [
+        (np.zeros((3, 2, 1), np.float32), "x must be rank 2"),
+        (np.zeros((0, 2), np.float32), "no rows"),
+        (np.zeros((3, 2), np.float16), "expected F32 but got F16"),
+    ],
+)
+def test_greedy_pick_operands_that_do_not_fit_are_refused_with_the_reason(x, message):
+    with pytest.raises(jax.errors.JaxRuntimeError, match=message):
+        kernels.argmax_columns(x).block_until_ready()

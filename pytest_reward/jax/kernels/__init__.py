@@ -1,15 +1,23 @@
 """Hand-written CPU kernels, built on first use and called from jit-compiled programs through XLA's FFI.
 
-One kernel so far: :func:`decode_attention`, the attention of one new token per row over its KV cache, which
-XLA's CPU backend runs at ~20 GB/s where the machine streams 27 GB/s on one core (bench/RESULTS.md, issue 19).
-:func:`pytest_reward.jax.model.decode_step` calls it on the CPU for float32 caches; on every other platform and
-dtype, and wherever it is not available, the XLA path runs (``jax.lax.platform_dependent`` picks per platform).
+Two kernels, both on the decode path (bench/RESULTS.md, issue 19):
 
-The source (``decode_attention.cc``, shipped in the package) is compiled once per machine with the C++ compiler
+- :func:`decode_attention`, the attention of one new token per row over its KV cache, which XLA's CPU backend
+  runs at ~20 GB/s where the machine streams 27 GB/s on one core, and :func:`decode_attention_update`, the same
+  after writing the token's key and value into the cache in place (no separate scatter of the cache);
+  :func:`pytest_reward.jax.model.decode_step` calls the latter on the CPU for float32 caches.
+- :func:`argmax_columns`, the greedy choice over a decode step's (V, B) logits in one pass, where XLA takes three
+  (~1 ms per token for GPT-2's vocabulary at batch 32); :func:`pytest_reward.jax.generate.choose_tokens` calls it.
+
+On every other platform and dtype, and wherever the kernels are not available, the XLA path runs
+(``jax.lax.platform_dependent`` picks per platform).
+
+The sources (``*.cc`` and ``*.h`` here, shipped in the package) are compiled once per machine, into one library,
+with the C++ compiler
 (``$CXX``, else ``c++``/``g++``; ``-O3 -march=native``) against jaxlib's FFI headers, into a cache directory
 (``$PYTEST_REWARD_KERNEL_CACHE``, else ``$XDG_CACHE_HOME/pytest-reward/kernels``, else
 ``~/.cache/pytest-reward/kernels``). The library's name carries a hash of everything its code depends on: the
-source, the jaxlib version, the compiler's version and flags, and the CPU's model and feature flags (a cache on a
+sources, the jaxlib version, the compiler's version and flags, and the CPU's model and feature flags (a cache on a
 shared home read from another CPU builds its own). It is written to a temporary name and renamed into place, so
 processes building at once each end with a whole library. A cache directory that cannot be written, or that
 another user owns or can write to (a library from there would run their code), gives way to a private temporary
@@ -40,15 +48,20 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("decode_attention.cc")
+HERE = Path(__file__).parent
+SOURCES = (HERE / "decode_attention.cc", HERE / "argmax.cc")  # compiled
+HEADERS = (HERE / "parallel.h",)  # included by them
 TARGET = "pytest_reward_decode_attention"
+UPDATE_TARGET = "pytest_reward_decode_attention_update"
+ARGMAX_TARGET = "pytest_reward_argmax_columns"
+TARGETS = (TARGET, UPDATE_TARGET, ARGMAX_TARGET)
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-w")
 BUILD_TIMEOUT_S = 300.0
 
 
 @dataclass(frozen=True)
 class KernelStatus:
-    """Whether the kernel runs, and where it came from or why not."""
+    """Whether the kernels run, and where they came from or why not."""
 
     available: bool
     detail: str  # the library's path and whether it was built or reused, or the reason it is unavailable
@@ -91,7 +104,7 @@ def _library_name(cxx: str) -> str:
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=60).stdout
     key = hashlib.sha256()
     for part in (
-        SOURCE.read_bytes(),
+        *(path.read_bytes() for path in SOURCES + HEADERS),
         jax.__version__,
         metadata.version("jaxlib"),
         version,
@@ -100,7 +113,7 @@ def _library_name(cxx: str) -> str:
     ):
         key.update(part if isinstance(part, bytes) else part.encode())
         key.update(b"\0")
-    return f"decode_attention-{key.hexdigest()[:20]}.so"
+    return f"kernels-{key.hexdigest()[:20]}.so"
 
 
 def _check_private(path: Path) -> None:
@@ -124,7 +137,7 @@ def _build(cxx: str, directory: Path, name: str) -> tuple[Path, bool]:
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
     os.close(fd)
     try:
-        cmd = [cxx, *FLAGS, f"-I{jax.ffi.include_dir()}", str(SOURCE), "-o", tmp]
+        cmd = [cxx, *FLAGS, f"-I{jax.ffi.include_dir()}", *map(str, SOURCES), "-o", tmp]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
         if proc.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.strip()[-2000:]}")
@@ -150,7 +163,8 @@ def _load() -> KernelStatus:
             log.info("kernel cache %s not usable (%s); building in %s", cache_dir(), exc, private)
             path, built = _build(cxx, private, name)
         library = ctypes.CDLL(str(path))
-        jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(getattr(library, TARGET)), platform="cpu")
+        for target in TARGETS:
+            jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(library, target)), platform="cpu")
     except (
         OSError,
         RuntimeError,
@@ -158,13 +172,13 @@ def _load() -> KernelStatus:
         subprocess.SubprocessError,
         metadata.PackageNotFoundError,
     ) as exc:
-        log.warning("CPU decode-attention kernel unavailable, the XLA path runs: %s", exc)
+        log.warning("CPU kernels unavailable, the XLA path runs: %s", exc)
         return KernelStatus(False, f"build or load failed: {exc}")
     return KernelStatus(True, f"{'built' if built else 'reused'} {path}", path)
 
 
 def status() -> KernelStatus:
-    """Build (once per process) and register the kernel; what came of it. Thread-safe. While
+    """Build (once per process) and register the kernels; what came of it. Thread-safe. While
     ``PYTEST_REWARD_CPU_KERNELS=0`` it builds nothing and says so (and builds once that is unset)."""
     global _status
     if not enabled_by_env():
@@ -176,8 +190,14 @@ def status() -> KernelStatus:
 
 
 def available() -> bool:
-    """Whether programs traced now call the kernel on the CPU (False when turned off by the environment)."""
+    """Whether programs traced now call the kernels on the CPU (False when turned off by the environment)."""
     return status().available
+
+
+def _require(what: str) -> None:
+    got = status()
+    if not got.available:
+        raise RuntimeError(f"the CPU {what} kernel is not available: {got.detail}")
 
 
 def decode_attention(q: jax.Array, k: jax.Array, v: jax.Array, valid: jax.Array, scale: float) -> jax.Array:
@@ -187,8 +207,40 @@ def decode_attention(q: jax.Array, k: jax.Array, v: jax.Array, valid: jax.Array,
     values, as the XLA path gives). On the CPU only; builds and registers the kernel on first use, and raises
     RuntimeError with the reason where it is not available (:func:`status`).
     """
-    got = status()
-    if not got.available:
-        raise RuntimeError(f"the CPU decode-attention kernel is not available: {got.detail}")
+    _require("decode-attention")
     out = jax.ShapeDtypeStruct(q.shape, jnp.float32)
     return jax.ffi.ffi_call(TARGET, out)(q, k, v, valid.astype(jnp.bool_), scale=np.float32(scale))
+
+
+def decode_attention_update(
+    qkv: jax.Array, slot: jax.Array, k: jax.Array, v: jax.Array, valid: jax.Array, scale: float
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """A decode step's attention, cache write included: qkv ((H + 2 KV) Dh, B) float32, the step's query, key and
+    value projections feature-major (queries, keys, values, head by head; H = KV G), slot (B,) int32, k/v
+    (B, KV, S, Dh) float32, valid (B, S) bool -> (output (H Dh, B) feature-major, k, v).
+
+    Row b's key and value are written into slot ``slot[b]`` of its cache (a slot outside [0, S) writes nothing),
+    then each query attends over its row's valid slots as :func:`decode_attention` does. The updated caches are
+    the input buffers written in place (XLA aliases them, and copies an input that is used again afterwards). On
+    the CPU only, as :func:`decode_attention`.
+    """
+    _require("decode-attention")
+    B, KV, _, Dh = k.shape
+    out = (
+        jax.ShapeDtypeStruct((qkv.shape[0] - 2 * KV * Dh, B), jnp.float32),
+        jax.ShapeDtypeStruct(k.shape, jnp.float32),
+        jax.ShapeDtypeStruct(v.shape, jnp.float32),
+    )
+    call = jax.ffi.ffi_call(UPDATE_TARGET, out, input_output_aliases={2: 1, 3: 2})
+    return call(qkv, slot.astype(jnp.int32), k, v, valid.astype(jnp.bool_), scale=np.float32(scale))
+
+
+def argmax_columns(x: jax.Array) -> jax.Array:
+    """x (V, B) float32 -> (B,) int32: per column, the first index of its largest value, a NaN counting as larger
+    than any number (``jnp.argmax(x, axis=0)``, and :func:`pytest_reward.jax.generate.argmax_first`).
+
+    On the CPU only; builds and registers the kernels on first use, and raises RuntimeError with the reason where
+    they are not available (:func:`status`).
+    """
+    _require("argmax")
+    return jax.ffi.ffi_call(ARGMAX_TARGET, jax.ShapeDtypeStruct(x.shape[1:], jnp.int32))(x)

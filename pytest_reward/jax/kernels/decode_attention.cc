@@ -109,6 +109,16 @@ void attend_pair(const Problem &p, int64_t item, const float *__restrict Q, floa
     float m = -INFINITY;
     for (int64_t i = 0; i < n; ++i) {
       const float *kr = K + slots[i] * dh;
+      if (g == 0) {  // the first pass over the keys asks for the keys a few rows on and for this row's values:
+        // two streams in flight instead of one, and the value pass below finds its rows in cache (~5 % faster
+        // at GPT-2-small's shapes; each pair's rows are 24 KB, short for the hardware prefetcher to ramp up on)
+        if (i + 4 < n) {
+          const char *next = reinterpret_cast<const char *>(K + slots[i + 4] * dh);
+          for (int64_t l = 0; l < dh * 4; l += 64) __builtin_prefetch(next + l);
+        }
+        const char *value = reinterpret_cast<const char *>(V + slots[i] * dh);
+        for (int64_t l = 0; l < dh * 4; l += 64) __builtin_prefetch(value + l);
+      }
       v16 acc0 = {}, acc1 = {};  // two chains of multiply-adds instead of one
       int64_t j = 0;
       for (; j + 2 <= nv; j += 2) {

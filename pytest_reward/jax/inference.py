@@ -607,11 +607,12 @@ class InferenceJob:
     def _refill(self, plan: _RolloutPlan) -> np.ndarray:
         """Continuous batching (:func:`~.generate.rollout_refill`): rows go through ``B`` slots, in windows of at most
         ``B * REFILL_WINDOW`` queue rows per compiled call (near-equal windows; a call drains its slots before it
-        returns). On several devices the window's rows are dealt to them in turn and each runs ``B / devices`` slots.
+        returns; at most ``B`` rows: a program of one prefill and its decode loop). On several devices the window's
+        rows are dealt to them in turn and each runs ``B / devices`` slots.
         Returns the new tokens (len(rows), N) int32 in row order."""
         fed, rows, P, B, scalars, static, chunk_size = plan
         r = self.replicas
-        Q = B * REFILL_WINDOW
+        Q = B if len(rows) <= B else B * REFILL_WINDOW  # a queue that fits the slots: a program of one chunk
         windows = -(-len(rows) // Q)
         size = -(-len(rows) // windows)
         local = B // r

@@ -162,18 +162,18 @@ def test_greedy_refill_on_the_shipped_model(adder_dir):
 @pytest.mark.parametrize("kind", ["chain", "gpt2"])
 def test_sampled_rows_depend_on_their_prompt_position_and_sample_index_only(kind):
     if kind == "chain":
-        jobs = [chain_job(b, p_stop=0.25) for b in (2, 8, 32)]
+        jobs = [chain_job(b, p_stop=0.25) for b in (2, 8, 32, 64)]  # 64: all 60 rows in one batch
         prompts = [[40 + i % 7] for i in range(20)]
         others = [[20 + i % 5] for i in range(20)]
     else:
-        jobs = [_gpt(b) for b in (2, 8, 32)]
+        jobs = [_gpt(b) for b in (2, 8, 32, 64)]
         prompts = ByteTokenizer().encode_batch(random_prompts(20, 1, 30, seed=13))
         others = ByteTokenizer().encode_batch(random_prompts(20, 1, 30, seed=14))
     stops = [STOP] if kind == "chain" else _frequent_stops(jobs[1], prompts, 20)
     kw = {"temperature": 1.3, "seed": 21, "n": 3, "stop_token_ids": stops}
     base, _ = jobs[0].generate_tokens(prompts, 20, **kw)
     assert len(Counter(map(len, base))) >= 3  # varied lengths: slots were refilled at different steps
-    for job in jobs[1:]:  # the number of slots does not matter
+    for job in jobs[1:]:  # the number of slots does not matter, nor whether the queue fits them (one chunk)
         assert job.generate_tokens(prompts, 20, **kw)[0] == base
     assert jobs[1].generate_tokens(prompts, 20, **kw)[0] == base  # reproducible
     assert jobs[1].generate_tokens(prompts, 20, batching="static", **kw)[0] == base  # = static batching

@@ -86,9 +86,14 @@ def test_one_job_compiles_one_executable_per_batch_bucket(batching):
     assert job.stats.compiles == 2  # 8 rows -> a batch of 8; more rows -> batches of 32
     if batching == "static":
         assert sorted(key[1][0][0] for key in job.stats.compile_keys) == [(8, 64), (32, 64)]
-    else:  # slots per device; the queue holds 64 batches of rows whatever their number
+    else:  # slots per device; a queue of more rows than slots holds 64 batches of rows whatever their number,
+        # one that fits the slots is one batch (a program without the loop over prefills)
         assert sorted(dict(key[2])["batch"] for key in job.stats.compile_keys) == [8, 32]
-        assert sorted(key[1][0][0] for key in job.stats.compile_keys) == [(8 * 64, 64), (32 * 64, 64)]
+        assert sorted(key[1][0][0] for key in job.stats.compile_keys) == [(8, 64), (32 * 64, 64)]
+        job.rollout(random_prompts(32, 3, 40, seed=32), max_new_tokens=8, batching=batching)
+        assert job.stats.compiles == 3  # 32 rows fill the 32 slots: the one-batch program of that bucket
+        job.rollout(random_prompts(20, 3, 40, seed=20), max_new_tokens=8, batching=batching)
+        assert job.stats.compiles == 3
 
 
 def test_compile_count_grows_with_new_shape_buckets():

@@ -103,20 +103,7 @@ def _linear(p: Params, x: jax.Array) -> jax.Array:
 
 def _norm(p: Params, x: jax.Array, cfg: ModelConfig, axis: int = -1) -> jax.Array:
     """LayerNorm (GPT-2) or RMSNorm (Llama) over ``axis`` (the features: -1, or 0 for a feature-major (D, B)
-    array), computed in float32. For a decode step's feature-major float32 activations on the CPU this is the
-    one-pass kernel of :mod:`.kernels` where it is available (XLA reduces over the major axis in four
-    operations); elsewhere, and on every other platform of the same program, the XLA path."""
-    if not (axis == 0 and x.ndim == 2 and x.dtype == p["scale"].dtype == jnp.float32 and kernels.available()):
-        return _norm_xla(p, x, cfg, axis)
-    bias = p["bias"] if cfg.family == "gpt2" else None
-    return jax.lax.platform_dependent(
-        x,
-        cpu=lambda x: kernels.norm_columns(x, p["scale"], bias, cfg.norm_eps),
-        default=lambda x: _norm_xla(p, x, cfg, axis),
-    )
-
-
-def _norm_xla(p: Params, x: jax.Array, cfg: ModelConfig, axis: int = -1) -> jax.Array:
+    array), computed in float32."""
     x32 = x.astype(jnp.float32)
     scale = p["scale"] if axis == -1 else p["scale"][:, None]
     if cfg.family == "gpt2":

@@ -230,9 +230,7 @@ def test_a_decode_step_gives_the_same_logits_with_and_without_the_kernel(monkeyp
     monkeypatch.setenv("PYTEST_REWARD_CPU_KERNELS", "0")
     without = run()
     np.testing.assert_allclose(with_kernel[0], without[0], rtol=1e-5, atol=1e-5)
-    written = np.arange(S)[None, :] == np.asarray(slot)[:, None]  # (B, S): the one slot each row writes
-    for got, before in zip(with_kernel[1], [np.asarray(a) for kv in cache for a in kv], strict=True):
-        assert np.array_equal(got.transpose(0, 2, 1, 3)[~written], before.transpose(0, 2, 1, 3)[~written])
+    assert np.array_equal(with_kernel[1][0], without[1][0])  # layer 0's keys: before any attention
     # later layers' keys and values carry the rounding of the attention before them
     for a, b in zip(with_kernel[1], without[1], strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
@@ -508,71 +506,3 @@ def test_greedy_decoding_calls_the_pick_kernel_on_the_cpu_for_float32_logits_onl
 def test_greedy_pick_operands_that_do_not_fit_are_refused_with_the_reason(x, message):
     with pytest.raises(jax.errors.JaxRuntimeError, match=message):
         kernels.argmax_columns(x).block_until_ready()
-
-
-@needs_kernel
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    D=st.integers(1, 300),
-    B=st.integers(1, 40),
-    rms=st.booleans(),
-    offset=st.sampled_from([0.0, 3.0, 100.0]),
-    seed=st.integers(0, 2**31 - 1),
-)
-def test_the_norm_kernel_is_as_accurate_as_the_xla_norm(D, B, rms, offset, seed):
-    rng = np.random.default_rng(seed)
-    x = (rng.standard_normal((D, B)) * rng.uniform(0.1, 10.0) + offset).astype(np.float32)
-    scale, bias = rng.standard_normal(D).astype(np.float32), rng.standard_normal(D).astype(np.float32)
-    eps = 1e-5
-    got = np.asarray(kernels.norm_columns(x, scale, None if rms else bias, eps))
-    cfg = ModelConfig.gpt2(vocab_size=300, d_model=64, n_layers=1, n_heads=4, max_positions=64)
-    if rms:
-        cfg = ModelConfig(
-            family="llama",
-            vocab_size=300,
-            d_model=64,
-            n_layers=1,
-            n_heads=4,
-            n_kv_heads=4,
-            head_dim=16,
-            d_ff=96,
-            max_positions=64,
-        )
-    cfg = cfg.__class__(**{**{f: getattr(cfg, f) for f in cfg.__dataclass_fields__}, "norm_eps": eps})
-    p = {"scale": jnp.asarray(scale)} if rms else {"scale": jnp.asarray(scale), "bias": jnp.asarray(bias)}
-    xla = np.asarray(model._norm_xla(p, jnp.asarray(x), cfg, axis=0))
-    x64 = x.astype(np.float64)
-    mean = 0.0 if rms else x64.mean(axis=0)
-    var = ((x64 - mean) ** 2).mean(axis=0)
-    exact = (x64 - mean) / np.sqrt(var + eps) * scale[:, None] + (0.0 if rms else bias[:, None])
-    # float32 sums of D terms: the mean and the variance carry ~D eps relative error, the subtraction amplifies
-    # the mean's by |x| / std; the output is |scale| times (|x - mean| + |x|) / std of that, plus the bias' eps
-    eps32 = float(np.finfo(np.float32).eps)
-    std = np.sqrt(var + eps)
-    bound = (4 * D * eps32 * (np.abs(x64 - mean) + np.abs(x64)) / std) * np.abs(scale)[
-        :, None
-    ] + 4 * eps32 * (np.abs(exact) + 1)
-    assert (np.abs(xla - exact) <= bound).all()  # the bound holds for XLA's path: it means something
-    assert (np.abs(got - exact) <= bound).all()
-
-
-@needs_kernel
-def test_decode_steps_call_the_norm_kernel_on_the_cpu_for_float32_only(monkeypatch):
-    cfg = ModelConfig.gpt2(vocab_size=300, d_model=64, n_layers=2, n_heads=4, max_positions=64)
-    assert _decode_hlo(cfg).count(kernels.NORM_TARGET) >= 2 * cfg.n_layers + 1  # every norm of the step
-    assert kernels.NORM_TARGET not in _decode_hlo(cfg, jnp.bfloat16)
-    monkeypatch.setenv("PYTEST_REWARD_CPU_KERNELS", "0")
-    assert kernels.NORM_TARGET not in _decode_hlo(cfg)
-
-
-@needs_kernel
-@pytest.mark.parametrize(
-    "x, scale, message",
-    [
-        (np.zeros((3, 2, 1), np.float32), np.ones(3, np.float32), "x must be rank 2"),
-        (np.zeros((3, 2), np.float32), np.ones(4, np.float32), r"scale and bias must be \(D,\)"),
-    ],
-)
-def test_norm_operands_that_do_not_fit_are_refused_with_the_reason(x, scale, message):
-    with pytest.raises(jax.errors.JaxRuntimeError, match=message):
-        kernels.norm_columns(x, scale, scale, 1e-5).block_until_ready()

@@ -1,6 +1,6 @@
 """Hand-written CPU kernels, built on first use and called from jit-compiled programs through XLA's FFI.
 
-Kernels of the decode path (bench/RESULTS.md, issue 19):
+Two kernels, both on the decode path (bench/RESULTS.md, issue 19):
 
 - :func:`decode_attention`, the attention of one new token per row over its KV cache, which XLA's CPU backend
   runs at ~20 GB/s where the machine streams 27 GB/s on one core, and :func:`decode_attention_update`, the same
@@ -8,8 +8,6 @@ Kernels of the decode path (bench/RESULTS.md, issue 19):
   :func:`pytest_reward.jax.model.decode_step` calls the latter on the CPU for float32 caches.
 - :func:`argmax_columns`, the greedy choice over a decode step's (V, B) logits in one pass, where XLA takes three
   (~1 ms per token for GPT-2's vocabulary at batch 32); :func:`pytest_reward.jax.generate.choose_tokens` calls it.
-- :func:`norm_columns`, the step's layer norms over feature-major (D, B) activations in one call, where XLA takes
-  four operations per norm; :func:`pytest_reward.jax.model._norm` calls it.
 
 On every other platform and dtype, and wherever the kernels are not available, the XLA path runs
 (``jax.lax.platform_dependent`` picks per platform).
@@ -51,13 +49,12 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 HERE = Path(__file__).parent
-SOURCES = (HERE / "decode_attention.cc", HERE / "argmax.cc", HERE / "norm.cc")  # compiled
+SOURCES = (HERE / "decode_attention.cc", HERE / "argmax.cc")  # compiled
 HEADERS = (HERE / "parallel.h",)  # included by them
 TARGET = "pytest_reward_decode_attention"
 UPDATE_TARGET = "pytest_reward_decode_attention_update"
 ARGMAX_TARGET = "pytest_reward_argmax_columns"
-NORM_TARGET = "pytest_reward_norm_columns"
-TARGETS = (TARGET, UPDATE_TARGET, ARGMAX_TARGET, NORM_TARGET)
+TARGETS = (TARGET, UPDATE_TARGET, ARGMAX_TARGET)
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-w")
 BUILD_TIMEOUT_S = 300.0
 
@@ -247,17 +244,3 @@ def argmax_columns(x: jax.Array) -> jax.Array:
     """
     _require("argmax")
     return jax.ffi.ffi_call(ARGMAX_TARGET, jax.ShapeDtypeStruct(x.shape[1:], jnp.int32))(x)
-
-
-def norm_columns(x: jax.Array, scale: jax.Array, bias: jax.Array | None, eps: float) -> jax.Array:
-    """LayerNorm (``bias`` given) or RMSNorm (``bias`` None) of each column of x (D, B) float32 over its D
-    features, as :func:`pytest_reward.jax.model._norm` with ``axis=0``: -> (D, B) float32.
-
-    On the CPU only; builds and registers the kernels on first use, and raises RuntimeError with the reason where
-    they are not available (:func:`status`).
-    """
-    _require("norm")
-    rms = bias is None
-    b = jnp.zeros_like(scale) if rms else bias
-    call = jax.ffi.ffi_call(NORM_TARGET, jax.ShapeDtypeStruct(x.shape, jnp.float32))
-    return call(x, scale, b, eps=np.float32(eps), rms=np.int32(rms))

@@ -358,7 +358,7 @@ def where_bench(peak: float, reps: int, B: int = 32, S: int = 128) -> None:
         rows.append((f"matmul {name} ({n_in}x{n_out})", L, t(mm, x, w), t(mm, w.T.copy(), x.T.copy())))
     emb, h = arr(V, D), arr(B, D)
     rows.append((f"unembedding ({D}x{V})", 1, t(lambda h, e: h @ e.T, h, emb), t(mm, emb, h.T.copy())))
-    h, pos, slot = arr(3 * D, B), jnp.full((B,), S - 1, jnp.int32), jnp.int32(S - 1)
+    qkv, pos, slot = arr(3 * D, B), jnp.full((B,), S - 1, jnp.int32), jnp.int32(S - 1)
     allowed = jnp.ones((B, 1, 1, 1, S), bool)
     valid = jnp.ones((B, S), bool)
 
@@ -375,8 +375,8 @@ def where_bench(peak: float, reps: int, B: int = 32, S: int = 128) -> None:
         (
             f"attention over the cache ({S} slots), cache write included",
             L,
-            t_updating(attend_before, h, arr(B, H, S, Dh), arr(B, H, S, Dh)),
-            t_updating(attend_now, h, arr(B, H, S, Dh), arr(B, H, S, Dh)),
+            t_updating(attend_before, qkv, arr(B, H, S, Dh), arr(B, H, S, Dh)),
+            t_updating(attend_now, qkv, arr(B, H, S, Dh), arr(B, H, S, Dh)),
         )
     )
     x_bd, x_db = arr(B, D), arr(D, B)

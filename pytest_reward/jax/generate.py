@@ -64,10 +64,13 @@ def greedy_tokens(logits: jax.Array, vocab_axis: int = -1) -> jax.Array:
     For the (V, B) logits of a decode step on the CPU this is the one-pass kernel of :mod:`.kernels` where it is
     available (XLA takes three passes: ~1 ms per token for GPT-2's vocabulary at batch 32); elsewhere, and on
     every other platform of the same program, the XLA path."""
-    if not (vocab_axis % logits.ndim == 0 and logits.ndim == 2 and logits.dtype == jnp.float32):
+    if not (
+        vocab_axis % logits.ndim == 0
+        and logits.ndim == 2
+        and logits.dtype == jnp.float32
+        and kernels.available()
+    ):
         return argmax_first(logits, axis=vocab_axis)
-    if not kernels.available():
-        return argmax_first(logits, axis=0)
     return jax.lax.platform_dependent(
         logits, cpu=kernels.argmax_columns, default=lambda x: argmax_first(x, axis=0)
     )
@@ -254,8 +257,7 @@ def rollout_refill(
 
     Prompts are prefilled ``batch`` at a time, as :func:`rollout` prefills a batch (one (batch, P) forward: the
     efficient shape); a free slot takes the next prefilled row by copying its prompt's keys and values (one row, no
-    model call), so a slot is refilled as soon as it is free, one row at a time (all of them in one copy when every
-    slot is free). The loops nest so that the
+    model call), so a slot is refilled as soon as it is free, one row at a time. The loops nest so that the
     prefilled rows are loop-invariant while they are placed (a loop carry would be copied at every placement):
     prefill B rows, then place and decode until they are all placed and a slot is free, and again. A row stops
     after a stop id or ``max_new`` tokens, as in :func:`rollout`.
@@ -322,32 +324,6 @@ def rollout_refill(
             waiting=jnp.where(j + 1 < w.n, j + 1, B),
         )
 
-    def place_block(s: Slots, w: Prefilled) -> Slots:
-        """Every prefilled row at once, row i into slot i, when every slot is free and none of them is placed yet
-        (a queue's first B rows, or after all rows in flight stopped): what placing them one by one gives, up to
-        which free slot a row takes (a row's tokens do not depend on its slot), in one copy of the prompts' keys
-        and values per layer instead of B."""
-        here = jnp.arange(B) < w.n  # (B,): slots taking a row
-        cache = tuple(
-            (
-                jax.lax.dynamic_update_slice(ck, wk, (0, 0, 0, 0)),
-                jax.lax.dynamic_update_slice(cv, wv, (0, 0, 0, 0)),
-            )
-            for (ck, cv), (wk, wv) in zip(s.cache, w.kv, strict=True)
-        )
-        return s._replace(
-            cache=cache,
-            prompt_mask=w.mask & here[:, None],
-            row=jnp.where(here, w.row, s.row),
-            made=jnp.where(here, 1, s.made),
-            tok=jnp.where(here, w.first, s.tok),
-            pos=jnp.where(here, jnp.sum(w.mask, axis=1).astype(jnp.int32), s.pos),
-            keys=jnp.where(here[:, None], w.keys, s.keys),
-            active=here & ~(jnp.isin(w.first, stops) | (max_new <= 1)),
-            out=s.out.at[jnp.where(here, w.row, Q), 0].set(w.first, mode="drop"),
-            waiting=jnp.int32(B),
-        )
-
     def step(s: Slots) -> Slots:
         """One token for every slot; a row that stops frees its slot."""
         valid = jnp.concatenate([s.prompt_mask, jnp.arange(N)[None, :] < s.made[:, None]], axis=1)  # (B, S)
@@ -380,11 +356,7 @@ def rollout_refill(
             want_prefill = (s.waiting >= B) & jnp.any(~s.active) & (s.next < n_rows)
             return jnp.any(s.active) & ~want_prefill
 
-        def place_first(s: Slots) -> Slots:
-            all_free = ~jnp.any(s.active) & (s.waiting == 0)
-            return jax.lax.cond(all_free, lambda s: place_block(s, w), place_all, s)
-
-        return jax.lax.while_loop(more, lambda s: place_all(step(s)), place_first(s))
+        return jax.lax.while_loop(more, lambda s: place_all(step(s)), place_all(s))
 
     def chunk(s: Slots) -> Slots:
         s, w = prefill(s)

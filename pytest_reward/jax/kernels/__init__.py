@@ -13,8 +13,8 @@ On every other platform and dtype, and wherever the kernels are not available, t
 (``jax.lax.platform_dependent`` picks per platform).
 
 The sources (``*.cc`` and ``*.h`` here, shipped in the package) are compiled once per machine, into one library,
-with the C++ compiler
-(``$CXX``, else ``c++``/``g++``; ``-O3 -march=native``) against jaxlib's FFI headers, into a cache directory
+with the C++ compiler (``$CXX``, else ``c++``/``g++``; ``-O3 -march=native``) against jaxlib's FFI headers, into a
+cache directory
 (``$PYTEST_REWARD_KERNEL_CACHE``, else ``$XDG_CACHE_HOME/pytest-reward/kernels``, else
 ``~/.cache/pytest-reward/kernels``). The library's name carries a hash of everything its code depends on: the
 sources, the jaxlib version, the compiler's version and flags, and the CPU's model and feature flags (a cache on a

@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 
 HERE = Path(__file__).parent
 SOURCES = (HERE / "decode_attention.cc", HERE / "argmax.cc")  # compiled
-HEADERS = (HERE / "parallel.h",)  # included by them
+HEADERS = (HERE / "parallel.h", HERE / "vmath.h")  # included by them
 TARGET = "pytest_reward_decode_attention"
 UPDATE_TARGET = "pytest_reward_decode_attention_update"
 ARGMAX_TARGET = "pytest_reward_argmax_columns"

@@ -14,20 +14,16 @@
 #include <vector>
 
 #include "parallel.h"
+#include "vmath.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
 
 namespace {
 
-typedef float v16 __attribute__((vector_size(64), aligned(4)));
-typedef int32_t i16 __attribute__((vector_size(64), aligned(4)));
-
-inline v16 load16(const float *p) {
-  v16 r;
-  __builtin_memcpy(&r, p, sizeof r);
-  return r;
-}
+using pytest_reward::i16;
+using pytest_reward::load16;
+using pytest_reward::v16;
 
 // The best value and its first index, per column of rows [begin, end).
 struct Range {

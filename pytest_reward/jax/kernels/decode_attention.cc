@@ -28,31 +28,18 @@
 #include <vector>
 
 #include "parallel.h"
+#include "vmath.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
 
 namespace {
 
-typedef float v16 __attribute__((vector_size(64), aligned(4)));
-typedef float v8 __attribute__((vector_size(32)));
-typedef float v4 __attribute__((vector_size(16)));
-
-inline v16 load16(const float *p) {
-  v16 r;
-  __builtin_memcpy(&r, p, sizeof r);
-  return r;
-}
-
-inline void store16(float *p, v16 x) { __builtin_memcpy(p, &x, sizeof x); }
-
-// A tree sum kept in registers (a scalar loop over the lanes is a chain of 16 dependent adds).
-inline float hsum(v16 x) {
-  v8 a = __builtin_shufflevector(x, x, 0, 1, 2, 3, 4, 5, 6, 7) +
-         __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15);
-  v4 c = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
-  return (c[0] + c[2]) + (c[1] + c[3]);
-}
+using pytest_reward::exp16;
+using pytest_reward::hsum;
+using pytest_reward::load16;
+using pytest_reward::store16;
+using pytest_reward::v16;
 
 // Where element (b, head, d) of a per-head tensor (q, o: head = kv G + g; the new keys and values: head = kv)
 // lies: base + b * sb + head * sh + d * sd.
@@ -132,12 +119,17 @@ void attend_pair(const Problem &p, int64_t item, const float *__restrict Q, floa
       sc[i] = x;
       m = x > m ? x : m;
     }
-    float sum = 0.0f;
-    for (int64_t i = 0; i < n; ++i) {
-      sc[i] = std::exp(sc[i] - m);
-      sum += sc[i];
+    v16 sum = {};  // the exponentials sixteen at a time (the last vector's lanes past n at -inf give 0)
+    for (int64_t i = 0; i < n; i += 16) {
+      v16 e = pytest_reward::splat(-INFINITY);
+      if (i + 16 <= n) e = load16(sc + i);
+      else for (int64_t j = i; j < n; ++j) e[j - i] = sc[j];
+      e = exp16(e - m);
+      if (i + 16 <= n) store16(sc + i, e);
+      else for (int64_t j = i; j < n; ++j) sc[j] = e[j - i];
+      sum += e;
     }
-    const float inv = 1.0f / sum;
+    const float inv = 1.0f / hsum(sum);
     for (int64_t i = 0; i < n; ++i) sc[i] *= inv;
   }
 

@@ -550,7 +550,7 @@ def main() -> None:
     torch_version = torch.__version__
     machine_line = machine()
     say(f"Machine: {machine_line}; torch threads {torch.get_num_threads()}; jax devices {jax.devices()}")
-    say(f"- CPU kernels (decode attention, greedy pick): {kernels.status().detail}")
+    say(f"- CPU kernels (decode and prefill attention, greedy pick): {kernels.status().detail}")
     peak = matmul_peak(10)
     before = engine_at(args.against) if args.against else None
     if before is not None:

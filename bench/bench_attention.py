@@ -1,10 +1,17 @@
-"""Decode attention on the CPU (issue 19): the C++ kernel of ``pytest_reward.jax.kernels`` against XLA's path
-(``model._attend``: two batched matrix-vector products and a masked softmax), in the same run, on the decode
-shapes of ``bench_rollout.py`` (every layer's cache its own array, so each read comes from memory as in a step).
+"""Attention on the CPU (issue 19): the C++ kernels of ``pytest_reward.jax.kernels`` against XLA's path, in the
+same run.
 
-Per shape: ms for all layers, bytes of keys and values read per second (of the valid slots for the kernel, of
-every slot for XLA, which reads them all), the ratio, and the largest difference of the outputs. The machine's
-streaming bandwidth (a numpy sum over 256 MB, one thread) is printed beside them for scale.
+Decode: ``decode_attention`` against ``model._attend`` (two batched matrix-vector products and a masked softmax)
+on the decode shapes of ``bench_rollout.py`` (every layer's cache its own array, so each read comes from memory as
+in a step). Per shape: ms for all layers, bytes of keys and values read per second (of the valid slots for the
+kernel, of every slot for XLA, which reads them all), the ratio, and the largest difference of the outputs. The
+machine's streaming bandwidth (a numpy sum over 256 MB, one thread) is printed beside them for scale.
+
+Prefill: ``prefill_attention`` against the XLA path of ``model._attend_prefill`` (the masked T x T scores, softmax,
+weighted sum) on prompts of ``bench_rollout.py``'s rollouts and its scoring batch, every other row left-padded; one
+layer's program timed (its projections in cache, as in a forward where the matmul has just written them) and
+multiplied by the layers. Per shape: ms for all layers, the useful GFLOP/s (the scores and weighted sums of
+real keys at or before each real position), the ratio, and the largest difference.
 
 Usage: ``python bench/bench_attention.py [--reps 30] [--results bench/RESULTS.md]``
 """
@@ -14,6 +21,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -28,7 +36,7 @@ from _common import best, best_interleaved, machine, write_section
 
 from pytest_reward.jax import ModelConfig, kernels, model
 
-SECTION = "## Decode attention kernel (issue 19)"
+SECTION = "## Attention kernels: decode and prefill (issue 19)"
 LINES: list[str] = []
 
 #: name -> (layers, batch, kv heads, query heads per kv head, slots, head width, valid slots per row)
@@ -37,6 +45,15 @@ SHAPES = {
     "6-layer d384, batch 8": (6, 8, 6, 1, 128, 64, 96),
     "GPT-2-small, batch 32": (12, 32, 12, 1, 128, 64, 96),
     "Llama-shaped GQA (32 heads / 4 kv), batch 32": (8, 32, 4, 8, 128, 64, 96),
+}
+
+
+#: name -> (layers, batch, kv heads, query heads per kv head, prompt tokens, head width)
+PREFILL_SHAPES = {
+    "6-layer d384, batch 32 x 64 tokens": (6, 32, 6, 1, 64, 64),
+    "GPT-2-small, batch 32 x 64 tokens": (12, 32, 12, 1, 64, 64),
+    "GPT-2-small scoring, batch 8 x 256 tokens": (12, 8, 12, 1, 256, 64),
+    "Llama-shaped GQA (32 heads / 4 kv), batch 4 x 512 tokens": (8, 4, 4, 8, 512, 64),
 }
 
 
@@ -100,6 +117,43 @@ def case(name: str, shape: tuple[int, ...], reps: int) -> None:
     )
 
 
+def prefill_case(name: str, shape: tuple[int, ...], reps: int) -> None:
+    L, B, KV, G, T, Dh = shape
+    rng = np.random.default_rng(0)
+    cfg = ModelConfig(
+        family="llama", vocab_size=8, d_model=KV * G * Dh, n_layers=L, n_heads=KV * G, n_kv_heads=KV,
+        head_dim=Dh, d_ff=8, max_positions=T,
+    )  # fmt: skip
+    C = (KV * G + 2 * KV) * Dh
+    # One layer's projections, timed again and again: in cache, as in a forward, where the attention reads what
+    # the qkv matmul has just written.
+    h = jnp.asarray(rng.standard_normal((B, T, C), np.float32))
+    lengths = np.where(np.arange(B) % 2 == 0, T, rng.integers(T // 2, T + 1, B))  # every other row padded
+    mask = np.arange(T)[None] >= (T - lengths)[:, None]
+
+    def program():  # a new function each time: jit traces it afresh
+        return jax.jit(lambda h, mask: model._attend_prefill(h, mask, T, cfg)).lower(h, mask).compile()
+
+    os.environ["PYTEST_REWARD_CPU_KERNELS"] = "0"  # read when traced: this program takes XLA's path
+    fx = program()
+    os.environ.pop("PYTEST_REWARD_CPU_KERNELS")
+    fk = program()
+    assert kernels.PREFILL_TARGET in fk.as_text() and kernels.PREFILL_TARGET not in fx.as_text()
+    real = np.asarray(mask)
+    diff = float(np.abs(np.asarray(fx(h, mask)) - np.asarray(fk(h, mask)))[real].max())
+    t = best_interleaved(
+        {"xla": lambda: fx(h, mask).block_until_ready(), "kernel": lambda: fk(h, mask).block_until_ready()},
+        reps,
+    )
+    tx, tk = L * t["xla"], L * t["kernel"]  # every layer
+    keys = sum(n * (n + 1) // 2 for n in lengths)  # (query, key) pairs of real tokens, key at or before query
+    flops = L * KV * G * keys * 4 * Dh
+    say(
+        f"| {name} | {tx * 1e3:.2f} | {flops / tx / 1e9:.1f} | {tk * 1e3:.2f} | {flops / tk / 1e9:.1f} | "
+        f"**{tx / tk:.2f}x** | {diff:.1e} |"
+    )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--reps", type=int, default=30)
@@ -114,12 +168,24 @@ def main() -> None:
     say(f"- best of {args.reps} alternating runs of each program")
     say("")
     say(
+        "Decode (one new token per row over its KV cache, every layer):\n\n"
         "| shape | valid slots | XLA ms | XLA GB/s (every slot) | kernel ms | kernel GB/s (valid slots) | "
         "XLA / kernel | max difference |"
     )
     say("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, shape in SHAPES.items():
         case(name, shape, args.reps)
+    say("")
+    say(
+        "Prefill (the causal attention of whole prompts: one layer's time x the layers; every other row left-padded):"
+    )
+    say("")
+    say(
+        "| shape | XLA ms | XLA GFLOP/s (useful) | kernel ms | kernel GFLOP/s | XLA / kernel | max difference |"
+    )
+    say("|---|---:|---:|---:|---:|---:|---:|")
+    for name, shape in PREFILL_SHAPES.items():
+        prefill_case(name, shape, args.reps)
     if args.results:
         header = [
             SECTION,

@@ -61,14 +61,15 @@ def exact_prefill(qkv, mask, queries, KV, Dh):
 
 
 def prompts_mask(rng, B, T, kind):
-    """Left padding (what the engine sends), any mask at all, or all real tokens; row 0 is all padding."""
+    """Left padding (what the engine sends) or any mask at all, row 0 all padding; or all real tokens."""
     if kind == "left":
         mask = np.arange(T)[None] >= rng.integers(0, T + 1, B)[:, None]
     elif kind == "any":
         mask = rng.random((B, T)) < rng.uniform(0.2, 1.0)
     else:
         mask = np.ones((B, T), bool)
-    mask[0] = False if kind != "full" else mask[0]
+    if kind != "full":
+        mask[0] = False
     return mask
 
 

@@ -127,40 +127,32 @@ def _mlp(p: Params, x: jax.Array, cfg: ModelConfig) -> jax.Array:
     return _linear(p["down"], h)
 
 
-def _rope(x: jax.Array, pos: jax.Array, cfg: ModelConfig) -> jax.Array:
-    """Rotate (..., T, Dh) by positions (B, T) with the half-split convention of transformers.
-
-    ``x`` is (B, N, T, Dh) or (B, N, G, T, Dh); ``pos`` broadcasts over the head axes.
-    """
-    inv = jnp.asarray(rope_inv_freq(cfg))  # (Dh/2,)
-    angles = pos.astype(jnp.float32)[..., None] * inv  # (B, T, Dh/2)
-    extra = x.ndim - 3  # head axes between B and T
-    angles = angles.reshape(angles.shape[0], *([1] * extra), *angles.shape[1:])
+def _rotate(x: jax.Array, pos: jax.Array, cfg: ModelConfig, axis: int) -> jax.Array:
+    """Rotary positions with the half-split convention of transformers: the two halves of ``axis`` (the head
+    width) turned by ``pos`` times each frequency; ``pos`` broadcasts against ``x`` once a frequency axis is put
+    in place of ``axis``."""
+    freq_shape = [1] * x.ndim
+    freq_shape[axis] = -1
+    angles = pos.astype(jnp.float32) * jnp.asarray(rope_inv_freq(cfg)).reshape(freq_shape)  # (..., Dh/2, ...)
     cos, sin = jnp.cos(angles).astype(x.dtype), jnp.sin(angles).astype(x.dtype)
-    x1, x2 = jnp.split(x, 2, axis=-1)
-    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    x1, x2 = jnp.split(x, 2, axis=axis)
+    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=axis)
 
 
 def _rope_t(h: jax.Array, pos: jax.Array, cfg: ModelConfig) -> jax.Array:
-    """:func:`_rope` of the query and key heads of feature-major projections: h ((H+2KV) Dh, B), pos (B,)."""
+    """Rotary positions for the query and key heads of feature-major projections: h ((H+2KV) Dh, B), pos (B,)."""
     Dh, n = cfg.head_dim, cfg.n_heads + cfg.n_kv_heads
     x = h.reshape(-1, Dh, h.shape[1])  # (heads, Dh, B)
-    angles = jnp.asarray(rope_inv_freq(cfg))[:, None] * pos.astype(jnp.float32)[None, :]  # (Dh/2, B)
-    cos, sin = jnp.cos(angles).astype(h.dtype), jnp.sin(angles).astype(h.dtype)
-    x1, x2 = jnp.split(x[:n], 2, axis=1)
-    rotated = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=1)
+    rotated = _rotate(x[:n], pos[None, None, :], cfg, axis=1)
     return jnp.concatenate([rotated, x[n:]], axis=0).reshape(h.shape)
 
 
 def _rope_tokens(h: jax.Array, pos: jax.Array, cfg: ModelConfig) -> jax.Array:
-    """:func:`_rope` of the query and key heads of token-major projections: h (B, T, (H+2KV) Dh), pos (B, T)."""
+    """Rotary positions for the query and key heads of token-major projections: h (B, T, (H+2KV) Dh), pos (B, T)."""
     B, T, _ = h.shape
     Dh, n = cfg.head_dim, cfg.n_heads + cfg.n_kv_heads
     x = h.reshape(B, T, -1, Dh)  # (B, T, heads, Dh)
-    angles = pos.astype(jnp.float32)[..., None, None] * jnp.asarray(rope_inv_freq(cfg))  # (B, T, 1, Dh/2)
-    cos, sin = jnp.cos(angles).astype(h.dtype), jnp.sin(angles).astype(h.dtype)
-    x1, x2 = jnp.split(x[:, :, :n], 2, axis=-1)
-    rotated = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    rotated = _rotate(x[:, :, :n], pos[:, :, None, None], cfg, axis=-1)
     return jnp.concatenate([rotated, x[:, :, n:]], axis=2).reshape(h.shape)
 
 
@@ -247,10 +239,11 @@ def _attend_decode(
     cache write); elsewhere, and on every other platform of the same program, the XLA path."""
     B, S = ck.shape[0], ck.shape[2]
 
-    def xla(h, pos, slot, ck, cv, valid):  # type: ignore[no-untyped-def]
+    if cfg.family == "llama":
+        h = _rope_t(h, pos, cfg)
+
+    def xla(h, slot, ck, cv, valid):  # type: ignore[no-untyped-def]
         q, k, v = _split_qkv_t(h, cfg)  # q (B, KV, G, 1, Dh), k/v (B, KV, 1, Dh)
-        if cfg.family == "llama":
-            q, k = _rope(q, pos[:, None], cfg), _rope(k, pos[:, None], cfg)
         if jnp.ndim(slot) == 0:
             ck = jax.lax.dynamic_update_slice(ck, k.astype(ck.dtype), (0, 0, slot, 0))  # (B, KV, S, Dh)
             cv = jax.lax.dynamic_update_slice(cv, v.astype(cv.dtype), (0, 0, slot, 0))
@@ -261,15 +254,13 @@ def _attend_decode(
         return _attend(q, ck, cv, valid[:, None, None, None, :], cfg)[:, 0].T, ck, cv
 
     if not (h.dtype == ck.dtype == cv.dtype == jnp.float32 and kernels.available()):
-        return xla(h, pos, slot, ck, cv, valid)
+        return xla(h, slot, ck, cv, valid)
 
-    def cpu(h, pos, slot, ck, cv, valid):  # type: ignore[no-untyped-def]
-        if cfg.family == "llama":
-            h = _rope_t(h, pos, cfg)
+    def cpu(h, slot, ck, cv, valid):  # type: ignore[no-untyped-def]
         rows = jnp.broadcast_to(jnp.clip(slot, 0, S - 1) if jnp.ndim(slot) == 0 else slot, (B,))
         return kernels.decode_attention_update(h, rows, ck, cv, valid, 1.0 / math.sqrt(cfg.head_dim))
 
-    return jax.lax.platform_dependent(h, pos, slot, ck, cv, valid, cpu=cpu, default=xla)
+    return jax.lax.platform_dependent(h, slot, ck, cv, valid, cpu=cpu, default=xla)
 
 
 def _embed(params: Params, cfg: ModelConfig, tokens: jax.Array, pos: jax.Array) -> jax.Array:

@@ -8,8 +8,8 @@ Three kernels (bench/RESULTS.md, issue 19):
   :func:`pytest_reward.jax.model.decode_step` calls the latter on the CPU for float32 caches.
 - :func:`prefill_attention`, the causal attention of left-padded prompts (a rollout's prefill, scoring): it
   computes the scores of each position's real keys at or before it only, where XLA masks the full T x T square
-  and runs the softmax and the weighted sum as separate passes (~7x faster at GPT-2-small's 256-token scoring);
-  :func:`pytest_reward.jax.model.hidden_states` calls it on the CPU for float32.
+  and runs the softmax and the weighted sum as separate passes (~5x faster at GPT-2-small's 8 x 256-token
+  scoring); :func:`pytest_reward.jax.model.hidden_states` calls it on the CPU for float32.
 - :func:`argmax_columns`, the greedy choice over a decode step's (V, B) logits in one pass, where XLA takes three
   (~1 ms per token for GPT-2's vocabulary at batch 32); :func:`pytest_reward.jax.generate.greedy_tokens` calls it.
 

@@ -151,7 +151,14 @@ def static_program(
     cfg = cfg_mod.ModelConfig(**{f: getattr(job.config, f) for f in job.config.__dataclass_fields__})
     args = [job.params, jnp.asarray(tokens), jnp.asarray(mask), jnp.zeros((B, 2), jnp.int32), jnp.uint32(0)]
     if "dparams" in inspect.signature(module.rollout).parameters:  # the decode layout beside the parameters
-        args.insert(1, job._decode_params())
+        if module is gen:
+            dparams = job._decode_params()
+        else:  # an older engine reads its own decode layout (before the packed one)
+            host = jax.tree.map(np.asarray, job.params)
+            dparams = jax.device_put(
+                sys.modules[module.__name__.rsplit(".", 1)[0] + ".model"].decode_weights(host, cfg)
+            )
+        args.insert(1, dparams)
     rest = (jnp.float32(1e-6), jnp.int32(0), jnp.float32(1.0))
     static = {"cfg": cfg, "new_slots": slots, "mode": "greedy", "stop_ids": ()}
     exe = module.rollout_jit.lower(*args, jnp.int32(new), *rest, **static).compile()

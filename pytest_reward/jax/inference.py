@@ -319,7 +319,9 @@ class InferenceJob:
         on the devices beside the parameters (a second copy of the weight matrices)."""
         if self._dparams_of is not self.state:
             host = jax.tree_util.tree_map(lambda a: np.asarray(a.addressable_data(0)), self.state.params)
-            self._dparams = jax.device_put(model.decode_weights(host, self.config), self._replicated)
+            cpu = all(d.platform == "cpu" for d in self.mesh.devices.flat)
+            packed = cpu and model.decode_packed(host["embed"].dtype)  # the CPU kernel's layout
+            self._dparams = jax.device_put(model.decode_weights(host, self.config, packed), self._replicated)
             self._dparams_of = self.state
         return self._dparams
 
@@ -338,7 +340,10 @@ class InferenceJob:
     # ------------------------------------------------------------------------------------------ compiled programs
     def _executable(self, name: str, fn: Any, args: tuple[Any, ...], static: Mapping[str, Any]) -> Any:
         shape_key = tuple((tuple(a.shape), str(a.dtype)) for a in args[1:] if hasattr(a, "shape"))
-        key = (name, shape_key, tuple(sorted((k, v) for k, v in static.items() if k != "cfg")))
+        trees = tuple(
+            jax.tree_util.tree_structure(a) for a in args if not hasattr(a, "shape")
+        )  # e.g. packed or not
+        key = (name, shape_key, tuple(sorted((k, v) for k, v in static.items() if k != "cfg")), trees)
         exe = self._executables.get(key)
         if exe is None:
             t0 = time.perf_counter()

@@ -1,6 +1,6 @@
 """Hand-written CPU kernels, built on first use and called from jit-compiled programs through XLA's FFI.
 
-Three kernels (bench/RESULTS.md, issue 19):
+Four kernels (bench/RESULTS.md, issue 19):
 
 - :func:`decode_attention`, the attention of one new token per row over its KV cache, which XLA's CPU backend
   runs at ~20 GB/s where the machine streams 27 GB/s on one core, and :func:`decode_attention_update`, the same
@@ -12,6 +12,10 @@ Three kernels (bench/RESULTS.md, issue 19):
   scoring); :func:`pytest_reward.jax.model.hidden_states` calls it on the CPU for float32.
 - :func:`argmax_columns`, the greedy choice over a decode step's (V, B) logits in one pass, where XLA takes three
   (~1 ms per token for GPT-2's vocabulary at batch 32); :func:`pytest_reward.jax.generate.greedy_tokens` calls it.
+- :func:`linear_packed`, a decode step's matmul of B activation columns by a weight matrix packed once per
+  parameter set (:func:`pack_rows`): 1.2-1.5x XLA's matmul at the benchmark's widths and batches;
+  :func:`pytest_reward.jax.model.decode_step` calls it for every matrix and the unembedding when
+  :func:`pytest_reward.jax.model.decode_weights` packed them (the inference job does, on the CPU for float32).
 
 On every other platform and dtype, and wherever the kernels are not available, the XLA path runs
 (``jax.lax.platform_dependent`` picks per platform).
@@ -45,6 +49,7 @@ import threading
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -53,13 +58,15 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 HERE = Path(__file__).parent
-SOURCES = (HERE / "decode_attention.cc", HERE / "prefill_attention.cc", HERE / "argmax.cc")  # compiled
+SOURCES = tuple(HERE / f for f in ("decode_attention.cc", "prefill_attention.cc", "argmax.cc", "linear.cc"))
 HEADERS = (HERE / "parallel.h", HERE / "vmath.h")  # included by them
 TARGET = "pytest_reward_decode_attention"
 UPDATE_TARGET = "pytest_reward_decode_attention_update"
 PREFILL_TARGET = "pytest_reward_prefill_attention"
 ARGMAX_TARGET = "pytest_reward_argmax_columns"
-TARGETS = (TARGET, UPDATE_TARGET, PREFILL_TARGET, ARGMAX_TARGET)
+LINEAR_TARGET = "pytest_reward_linear_packed"
+TARGETS = (TARGET, UPDATE_TARGET, PREFILL_TARGET, ARGMAX_TARGET, LINEAR_TARGET)
+PANEL_ROWS = 12  # rows of a weight panel (pack_rows, linear.cc)
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-w")
 BUILD_TIMEOUT_S = 300.0
 
@@ -282,3 +289,35 @@ def argmax_columns(x: jax.Array) -> jax.Array:
     """
     _require("argmax")
     return jax.ffi.ffi_call(ARGMAX_TARGET, jax.ShapeDtypeStruct(x.shape[1:], jnp.int32))(x)
+
+
+def pack_rows(w: Any) -> Any:
+    """A weight matrix (N, K) -> its panels (ceil(N / 12), K, 12): ``panels[p, k, r] = w[12 p + r, k]``, the rows past
+    N zero. The layout :func:`linear_packed` reads: a panel's twelve rows, k by k, in one sequential stream. Works
+    on numpy arrays (on the host, once per parameter set) and on jax arrays alike."""
+    xp = jnp if isinstance(w, jax.Array) else np
+    N, K = w.shape
+    P = -(-N // PANEL_ROWS)
+    w = xp.pad(w, ((0, P * PANEL_ROWS - N), (0, 0)))
+    return xp.transpose(w.reshape(P, PANEL_ROWS, K), (0, 2, 1))
+
+
+def linear_packed(panels: jax.Array, x: jax.Array, bias: jax.Array) -> jax.Array:
+    """``w @ x + bias[:, None]`` with w (N, K) given as :func:`pack_rows` panels (ceil(N / 12), K, 12), x (K, B) and
+    bias (N,) float32 -> (N, B) float32: a decode step's weight matmul, a few activation columns against a whole
+    weight matrix (~2x XLA's at the 6-layer d384 model's widths, batch 32; bench/RESULTS.md).
+
+    Each element is summed over k in increasing order by one thread, so a column's result does not depend on the
+    other columns or the thread count. On the CPU only, as :func:`decode_attention`.
+    """
+    _require("linear")
+    if panels.ndim != 3 or panels.shape[2] != PANEL_ROWS:
+        raise ValueError(
+            f"linear: the weights must be pack_rows panels (P, K, {PANEL_ROWS}), got {panels.shape}"
+        )
+    if x.ndim != 2 or x.shape[0] != panels.shape[1]:
+        raise ValueError(f"linear: x must be (K, B) with K = {panels.shape[1]}, got {x.shape}")
+    if bias.ndim != 1 or -(-bias.shape[0] // PANEL_ROWS) != panels.shape[0]:
+        raise ValueError(f"linear: bias {bias.shape} must have the N rows of {panels.shape[0]} panels")
+    out = jax.ShapeDtypeStruct((bias.shape[0], x.shape[1]), jnp.float32)
+    return jax.ffi.ffi_call(LINEAR_TARGET, out)(panels, x, bias)

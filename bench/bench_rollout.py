@@ -321,8 +321,8 @@ def refill_bench(reps: int, n_prompts: int = 512, new: int = 64) -> dict:
 def where_bench(peak: float, reps: int, B: int = 32, S: int = 128) -> None:
     """The parts of one GPT-2-small decode step at batch B over S cache slots, each compiled alone at its shapes
     and timed (best of ``5 * reps``), the way the engine computes it now and the way it did before issue 19:
-    matmuls with the weight on the right (``x (B, in) @ w (in, out)``) or on the left (``wt (out, in) @ x (in,
-    B)``), argmax as jax's (value, index) reduction or as two plain reductions, sampling by Gumbel draws
+    matmuls with the weight on the right (``x (B, in) @ w (in, out)``) or, now, on the left (``wt (out, in) @ x (in,
+    B)``) through the CPU kernel over packed weights where the inference job packs them (XLA's otherwise), argmax as jax's (value, index) reduction or as two plain reductions, sampling by Gumbel draws
     (``jax.random.categorical``) or by inverse transform (``generate.sample_categorical``), attention over the cache
     as XLA's products after transposing the projections and writing the cache, or as the engine does now (the CPU
     kernel of :mod:`pytest_reward.jax.kernels` where it is available, which writes the cache itself)."""
@@ -354,6 +354,16 @@ def where_bench(peak: float, reps: int, B: int = 32, S: int = 128) -> None:
         return 1e3 * best(once, 5 * reps)
 
     mm = lambda x, w: x @ w  # noqa: E731
+    packed = model_mod.decode_packed(np.float32)
+
+    def now(wt: jax.Array, x: jax.Array) -> float:
+        """A matmul as the decode step does it now: wt (out, in) @ x (in, B), through the CPU kernel over packed
+        panels where the job packs them (model.decode_packed), else XLA's."""
+        if not packed:
+            return t(mm, wt, x)
+        p = {"panels": jnp.asarray(kernels.pack_rows(np.asarray(wt))), "b": jnp.zeros(wt.shape[0], jnp.float32)}
+        return t(model_mod._linear_t, p, x)
+
     rows: list[tuple[str, int, float, float]] = []  # part, count per step, before ms, now ms
     for name, n_in, n_out in (
         ("qkv", D, 3 * D),
@@ -362,9 +372,9 @@ def where_bench(peak: float, reps: int, B: int = 32, S: int = 128) -> None:
         ("MLP down", F, D),
     ):
         w, x = arr(n_in, n_out), arr(B, n_in)
-        rows.append((f"matmul {name} ({n_in}x{n_out})", L, t(mm, x, w), t(mm, w.T.copy(), x.T.copy())))
+        rows.append((f"matmul {name} ({n_in}x{n_out})", L, t(mm, x, w), now(w.T.copy(), x.T.copy())))
     emb, h = arr(V, D), arr(B, D)
-    rows.append((f"unembedding ({D}x{V})", 1, t(lambda h, e: h @ e.T, h, emb), t(mm, emb, h.T.copy())))
+    rows.append((f"unembedding ({D}x{V})", 1, t(lambda h, e: h @ e.T, h, emb), now(emb, h.T.copy())))
     qkv, pos, slot = arr(3 * D, B), jnp.full((B,), S - 1, jnp.int32), jnp.int32(S - 1)
     allowed = jnp.ones((B, 1, 1, 1, S), bool)
     valid = jnp.ones((B, S), bool)

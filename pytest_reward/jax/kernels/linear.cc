@@ -6,13 +6,14 @@
 //   -> out (N, B) f32 = W x + bias[:, None].
 //
 // Why: a decode step multiplies a few activation columns (B, the batch) by every weight matrix of the model, and
-// XLA's CPU matmul of the (N, K) matrix by them reached ~110 GFLOP/s at the 6-layer d384 model's widths at batch
-// 32 (24 matrices read from memory, one program: 6.0 ms) where the two cores peak at ~210. Here the weights are
-// packed once per parameter set so that a panel's twelve rows are read as one sequential stream, k by k (with a
-// prefetch 64 k ahead), and a register block of 12 rows x 32 columns (24 vector accumulators with AVX-512) stays
-// in registers for the whole of K: per k, two loads of x, twelve broadcasts of weights and 24 fused multiply-adds
-// (4.2 ms for the same 24 matrices). The columns go in blocks of 32, then one of 16 or 8 (x is copied with its
-// rows zero-padded to that width); panels are shared out over XLA's intra-op thread pool.
+// XLA's CPU matmul of the (N, K) matrix by them reached ~115 GFLOP/s at the 6-layer d384 model's widths at batch
+// 32 (bench/bench_matmul.py: its 24 matrices, read from memory, in one program: 5.9 ms), where two cores peak at
+// ~210. Here the weights are packed once per parameter set so that a panel's twelve rows are read as one
+// sequential stream, k by k (with a prefetch 64 k ahead), and a register block of 12 rows x 32 columns (24 vector
+// accumulators with AVX-512) stays in registers for the whole of K: per k, two loads of x, twelve broadcasts of
+// weights and 24 fused multiply-adds (3.9 ms for the same 24 matrices). The columns go in blocks of 32, then one
+// of 16 or 8 (x is copied with its rows zero-padded to that width); panels are shared out over XLA's intra-op
+// thread pool.
 //
 // Each output element is summed by one thread over k in increasing order, bias last: the result does not depend on
 // the thread count or on the other columns of x (a row of a batch gives the same bits alone or beside others).

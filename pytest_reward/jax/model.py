@@ -349,7 +349,7 @@ def decode_weights(params: Params, cfg: ModelConfig, packed: bool = False) -> Pa
     left in (out, in) layout it streams the weight once and packs only the B activation columns (GPT-2-small, batch
     32: 47 ms of matmuls per step instead of 64). ``packed`` lays each matrix out for
     :func:`~.kernels.linear_packed` (:func:`~.kernels.pack_rows`: panels of 12 rows, read as one sequential stream),
-    ~1.2-1.5x faster again where the kernels are available (:func:`decode_packed` says when to ask for it).
+    1.1-1.75x faster again where the kernels are available (:func:`decode_packed` says when to ask for it).
     :class:`~.inference.InferenceJob` keeps this second copy of the matrices beside the parameters (packed, the
     unembedding too: a copy of the embedding when tied; computed once per parameter set, on the host) and passes both to the rollout programs: the prefill reads the checkpoint layout
     of :func:`init_params`, the one tree everything else reads. Works on numpy arrays (the transposes are views) and

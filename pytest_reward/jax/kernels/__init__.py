@@ -13,7 +13,7 @@ Four kernels (bench/RESULTS.md, issue 19):
 - :func:`argmax_columns`, the greedy choice over a decode step's (V, B) logits in one pass, where XLA takes three
   (~1 ms per token for GPT-2's vocabulary at batch 32); :func:`pytest_reward.jax.generate.greedy_tokens` calls it.
 - :func:`linear_packed`, a decode step's matmul of B activation columns by a weight matrix packed once per
-  parameter set (:func:`pack_rows`): 1.2-1.5x XLA's matmul at the benchmark's widths and batches;
+  parameter set (:func:`pack_rows`): 1.1-1.75x XLA's matmul at the benchmark's widths and batches;
   :func:`pytest_reward.jax.model.decode_step` calls it for every matrix and the unembedding when
   :func:`pytest_reward.jax.model.decode_weights` packed them (the inference job does, on the CPU for float32).
 
@@ -305,7 +305,8 @@ def pack_rows(w: Any) -> Any:
 def linear_packed(panels: jax.Array, x: jax.Array, bias: jax.Array) -> jax.Array:
     """``w @ x + bias[:, None]`` with w (N, K) given as :func:`pack_rows` panels (ceil(N / 12), K, 12), x (K, B) and
     bias (N,) float32 -> (N, B) float32: a decode step's weight matmul, a few activation columns against a whole
-    weight matrix (~2x XLA's at the 6-layer d384 model's widths, batch 32; bench/RESULTS.md).
+    weight matrix (1.5x XLA's matmul for the 6-layer d384 model's matrices at batch 32, 1.75x at batch 8;
+    bench/bench_matmul.py).
 
     Each element is summed over k in increasing order by one thread, so a column's result does not depend on the
     other columns or the thread count. On the CPU only, as :func:`decode_attention`.

@@ -114,3 +114,44 @@ def per_step(
         if t_long > t_short:
             return (t_long - t_short) / steps
     return None
+
+
+class Section:
+    """A benchmark's RESULTS.md section: lines printed as they come and kept, then written under ``heading`` with
+    the date, the jax version and the command that ran (``write``)."""
+
+    def __init__(self, heading: str) -> None:
+        self.heading = heading
+        self.lines: list[str] = []
+
+    def say(self, line: str = "") -> None:
+        print(line, flush=True)
+        self.lines.append(line)
+
+    def write(self, path: Path) -> None:
+        import sys
+
+        import jax
+
+        header = [
+            self.heading,
+            "",
+            f"- date: {time.strftime('%Y-%m-%d %H:%M')}, jax {jax.__version__}",
+            "- command: `python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]) + "`",
+        ]
+        write_section(path, self.heading, "\n".join(header + self.lines))
+        print(f"wrote {path}")
+
+
+def kernels_or_exit() -> Any:
+    """The CPU kernels' status (``pytest_reward.jax.kernels.status()``), built and available; else the reason on
+    stderr and exit status 2: a kernel benchmark has nothing to compare without them."""
+    import sys
+
+    from pytest_reward.jax import kernels
+
+    status = kernels.status()
+    if not status.available:
+        print(f"the kernels are not available: {status.detail}", file=sys.stderr)
+        sys.exit(2)
+    return status

@@ -19,7 +19,6 @@ Usage: ``python bench/bench_attention.py [--reps 30] [--results bench/RESULTS.md
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import math
 import os
 import sys
@@ -32,12 +31,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import jax
 import jax.numpy as jnp
-from _common import best, best_interleaved, machine, write_section
+from _common import Section, best, best_interleaved, kernels_or_exit, machine
 
 from pytest_reward.jax import ModelConfig, kernels, model
 
 SECTION = "## Attention kernels: decode and prefill (issue 19)"
-LINES: list[str] = []
+REPORT = Section(SECTION)
+say = REPORT.say
 
 #: name -> (layers, batch, kv heads, query heads per kv head, slots, head width, valid slots per row)
 SHAPES = {
@@ -55,11 +55,6 @@ PREFILL_SHAPES = {
     "GPT-2-small scoring, batch 8 x 256 tokens": (12, 8, 12, 1, 256, 64),
     "Llama-shaped GQA (32 heads / 4 kv), batch 4 x 512 tokens": (8, 4, 4, 8, 512, 64),
 }
-
-
-def say(line: str = "") -> None:
-    print(line, flush=True)
-    LINES.append(line)
 
 
 def stream_bandwidth(reps: int) -> float:
@@ -159,10 +154,7 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=30)
     p.add_argument("--results", type=Path, help="write our section of this RESULTS.md")
     args = p.parse_args()
-    status = kernels.status()
-    if not status.available:
-        print(f"the kernel is not available: {status.detail}", file=sys.stderr)
-        sys.exit(2)
+    status = kernels_or_exit()
     say(f"- machine: {machine()}; kernel: {status.detail.split(' ')[0]} ({Path(str(status.library)).name})")
     say(f"- streaming bandwidth (numpy sum over 256 MB, one thread): {stream_bandwidth(10) / 1e9:.1f} GB/s")
     say(f"- best of {args.reps} alternating runs of each program")
@@ -187,14 +179,7 @@ def main() -> None:
     for name, shape in PREFILL_SHAPES.items():
         prefill_case(name, shape, args.reps)
     if args.results:
-        header = [
-            SECTION,
-            "",
-            f"- date: {dt.datetime.now().strftime('%Y-%m-%d %H:%M')}, jax {jax.__version__}",
-            "- command: `python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]) + "`",
-        ]
-        write_section(args.results, SECTION, "\n".join(header + LINES))
-        print(f"wrote {args.results}")
+        REPORT.write(args.results)
 
 
 if __name__ == "__main__":

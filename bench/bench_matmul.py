@@ -12,7 +12,6 @@ Usage: ``python bench/bench_matmul.py [--reps 20] [--results bench/RESULTS.md]``
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import sys
 from pathlib import Path
 
@@ -23,12 +22,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import jax
 import jax.numpy as jnp
-from _common import best_interleaved, machine, write_section
+from _common import Section, best_interleaved, kernels_or_exit, machine
 
 from pytest_reward.jax import kernels
 
 SECTION = "## Decode matmul kernel (issue 19)"
-LINES: list[str] = []
+REPORT = Section(SECTION)
+say = REPORT.say
 
 #: name -> (d_model, d_ff, layers); every shape at each batch of BATCHES
 MODELS = {
@@ -38,11 +38,6 @@ MODELS = {
 }
 BATCHES = (8, 32)
 UNEMBEDDINGS = {"GPT-2-small unembedding (50257 x 768)": (50257, 768)}
-
-
-def say(line: str = "") -> None:
-    print(line, flush=True)
-    LINES.append(line)
 
 
 def layers_case(name: str, D: int, F: int, L: int, B: int, reps: int) -> None:
@@ -109,10 +104,7 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--results", type=Path, help="write our section of this RESULTS.md")
     args = p.parse_args()
-    status = kernels.status()
-    if not status.available:
-        print(f"the kernel is not available: {status.detail}", file=sys.stderr)
-        sys.exit(2)
+    status = kernels_or_exit()
     say(f"- machine: {machine()}; kernel: {status.detail.split(' ')[0]} ({Path(str(status.library)).name})")
     say(f"- best of {args.reps} alternating runs of each program")
     say("")
@@ -127,14 +119,7 @@ def main() -> None:
         for B in BATCHES:
             unembedding_case(name, V, D, B, args.reps)
     if args.results:
-        header = [
-            SECTION,
-            "",
-            f"- date: {dt.datetime.now().strftime('%Y-%m-%d %H:%M')}, jax {jax.__version__}",
-            "- command: `python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]) + "`",
-        ]
-        write_section(args.results, SECTION, "\n".join(header + LINES))
-        print(f"wrote {args.results}")
+        REPORT.write(args.results)
 
 
 if __name__ == "__main__":

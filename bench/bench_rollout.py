@@ -361,7 +361,10 @@ def where_bench(peak: float, reps: int, B: int = 32, S: int = 128) -> None:
         panels where the job packs them (model.decode_packed), else XLA's."""
         if not packed:
             return t(mm, wt, x)
-        p = {"panels": jnp.asarray(kernels.pack_rows(np.asarray(wt))), "b": jnp.zeros(wt.shape[0], jnp.float32)}
+        p = {
+            "panels": jnp.asarray(kernels.pack_rows(np.asarray(wt))),
+            "b": jnp.zeros(wt.shape[0], jnp.float32),
+        }
         return t(model_mod._linear_t, p, x)
 
     rows: list[tuple[str, int, float, float]] = []  # part, count per step, before ms, now ms

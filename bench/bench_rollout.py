@@ -322,7 +322,8 @@ def where_bench(peak: float, reps: int, B: int = 32, S: int = 128) -> None:
     """The parts of one GPT-2-small decode step at batch B over S cache slots, each compiled alone at its shapes
     and timed (best of ``5 * reps``), the way the engine computes it now and the way it did before issue 19:
     matmuls with the weight on the right (``x (B, in) @ w (in, out)``) or, now, on the left (``wt (out, in) @ x (in,
-    B)``) through the CPU kernel over packed weights where the inference job packs them (XLA's otherwise), argmax as jax's (value, index) reduction or as two plain reductions, sampling by Gumbel draws
+    B)``) through the CPU kernel over packed weights where the inference job packs them (XLA's otherwise), argmax
+    as jax's (value, index) reduction or as two plain reductions, sampling by Gumbel draws
     (``jax.random.categorical``) or by inverse transform (``generate.sample_categorical``), attention over the cache
     as XLA's products after transposing the projections and writing the cache, or as the engine does now (the CPU
     kernel of :mod:`pytest_reward.jax.kernels` where it is available, which writes the cache itself)."""

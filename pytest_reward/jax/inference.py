@@ -340,9 +340,8 @@ class InferenceJob:
     # ------------------------------------------------------------------------------------------ compiled programs
     def _executable(self, name: str, fn: Any, args: tuple[Any, ...], static: Mapping[str, Any]) -> Any:
         shape_key = tuple((tuple(a.shape), str(a.dtype)) for a in args[1:] if hasattr(a, "shape"))
-        trees = tuple(
-            jax.tree_util.tree_structure(a) for a in args if not hasattr(a, "shape")
-        )  # e.g. packed or not
+        # the structure of every tree argument too: the decode weights packed or not have the same leaf shapes
+        trees = tuple(jax.tree_util.tree_structure(a) for a in args if not hasattr(a, "shape"))
         key = (name, shape_key, tuple(sorted((k, v) for k, v in static.items() if k != "cfg")), trees)
         exe = self._executables.get(key)
         if exe is None:

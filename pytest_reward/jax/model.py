@@ -351,14 +351,14 @@ def decode_weights(params: Params, cfg: ModelConfig, packed: bool = False) -> Pa
     :func:`~.kernels.linear_packed` (:func:`~.kernels.pack_rows`: panels of 12 rows, read as one sequential stream),
     1.1-1.75x faster again where the kernels are available (:func:`decode_packed` says when to ask for it).
     :class:`~.inference.InferenceJob` keeps this second copy of the matrices beside the parameters (packed, the
-    unembedding too: a copy of the embedding when tied; computed once per parameter set, on the host) and passes both to the rollout programs: the prefill reads the checkpoint layout
-    of :func:`init_params`, the one tree everything else reads. Works on numpy arrays (the transposes are views) and
-    inside jit alike.
+    unembedding too: a copy of the embedding when tied; computed once per parameter set, on the host) and passes
+    both to the rollout programs: the prefill reads the checkpoint layout of :func:`init_params`, the one tree
+    everything else reads. Works on numpy arrays (the transposes are views) and inside jit alike.
 
-    Tree: ``embed``, ``pos_embed`` (GPT-2), ``final_norm`` as in ``params``; ``unembed`` (V, D) (``embed`` itself
-    when tied) or, packed, ``{panels, b}``; ``layers[i]``: the norms, and ``qkv``, ``out``, ``up``, ``down`` as
-    ``{wt (out, in), b (out,)}`` or, packed, ``{panels (ceil(out / 12), in, 12), b (out,)}`` (zeros where the layer
-    has no bias).
+    Tree: ``embed``, ``pos_embed`` (GPT-2), ``final_norm`` as in ``params``; ``unembed`` as ``{wt (V, D)}``
+    (``embed`` itself when tied); ``layers[i]``: the norms, and ``qkv``, ``out``, ``up``, ``down`` as ``{wt (out,
+    in), b (out,)}``. Packed, each of those matrices is ``{panels (ceil(out / 12), in, 12), b (out,)}`` instead
+    (zeros where there is no bias).
     """
 
     def t(w: Any, b: Any = None) -> Params:
@@ -369,7 +369,7 @@ def decode_weights(params: Params, cfg: ModelConfig, packed: bool = False) -> Pa
 
     out: Params = {k: params[k] for k in ("embed", "pos_embed", "final_norm") if k in params}
     unembed = params["embed"] if cfg.tie_embeddings else params["lm_head"]["w"].T
-    out["unembed"] = t(unembed) if packed else unembed
+    out["unembed"] = t(unembed)
     out["layers"] = [
         {
             "attn_norm": lp["attn_norm"],
@@ -456,6 +456,4 @@ def decode_step(
         x = x + _mlp_t(lp, _norm(lp["mlp_norm"], x, cfg, axis=0), cfg)
         new_cache.append((ck, cv))
     h = _norm(dparams["final_norm"], x, cfg, axis=0)
-    unembed = dparams["unembed"]
-    logits = _linear_t(unembed, h) if isinstance(unembed, dict) else unembed @ h
-    return logits.astype(jnp.float32), tuple(new_cache)  # (V, B)
+    return _linear_t(dparams["unembed"], h).astype(jnp.float32), tuple(new_cache)  # (V, B)

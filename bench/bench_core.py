@@ -375,7 +375,7 @@ def bench_file_mode(runner: Runner, reward_dir: Path, sizes: list[int], runs: in
 def bench_decorator(src: Path | None, number: int, rounds: int = 21) -> dict[str, Any]:
     sys.path.insert(0, str(src or ROOT))
     from pytest_reward import EvaluateResult, Message, reward_function
-    from pytest_reward.decorator import get_spec
+    from pytest_reward.reward.decorator import get_spec
 
     def untyped(messages, ground_truth=None, **kwargs):
         text = messages[-1].get("content") or ""

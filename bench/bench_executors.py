@@ -65,7 +65,7 @@ def pytest_configure(config):
     cpus = os.environ.get("BENCH_RAY_PRESTART")
     if cpus and not hasattr(config, "workerinput"):
         start = time.perf_counter()
-        from pytest_reward.executors.ray_cluster import start_local
+        from pytest_reward.scoring.executors.ray_cluster import start_local
 
         start_local(int(cpus))
         _ray_start["ray_start"] = time.perf_counter() - start

@@ -1,9 +1,9 @@
 """Gating quality of --reward-compare-fail, by seeded simulation (issue 8; model regressions: issue 13.1).
 
 Each trial builds a baseline and a current stored run of N samples and compares them with the code the plugin uses
-(``pytest_reward.baseline.compare_runs`` + ``evaluate_rules``); every tolerance is judged on the same comparison.
+(``pytest_reward.run.baseline.compare_runs`` + ``evaluate_rules``); every tolerance is judged on the same comparison.
 Samples are real sample lines without ``id`` (a question, a ground truth, an answer), keyed by
-``pytest_reward.samples`` exactly as a run keys them, with their response hashes.
+``pytest_reward.data.samples`` exactly as a run keys them, with their response hashes.
 
 Noise model: a sample's true quality q_i ~ Beta(2, 2); a run scores it q + e, e ~ N(0, sd) independently per run
 (a stochastic reward or judge). Two scenarios, each with a null (nothing got worse) and a drop of the group's mean
@@ -33,10 +33,10 @@ from pathlib import Path
 
 import numpy as np
 from _common import machine
+from pytest_reward.run.baseline import compare_runs, evaluate_rules, exceeds, parse_rules
 
-from pytest_reward.baseline import compare_runs, evaluate_rules, exceeds, parse_rules
-from pytest_reward.samples import parse_record
-from pytest_reward.stats import wilson_interval
+from pytest_reward.data.samples import parse_record
+from pytest_reward.judge.stats import wilson_interval
 
 
 class Samples:

@@ -41,16 +41,16 @@ from types import SimpleNamespace
 from typing import Any
 
 from _common import machine, user_env, write_section
+from pytest_reward.scoring.executors import InProcess
 
-from pytest_reward.decorator import get_spec, reward_function
-from pytest_reward.discovery import RewardFn
-from pytest_reward.executors import InProcess
-from pytest_reward.models import EvaluateResult
-from pytest_reward.options import Settings
-from pytest_reward.probe_items import ProbeTarget, run_probe
+from pytest_reward.data.samples import Sample
+from pytest_reward.judge.gates import Gates
+from pytest_reward.plugin.options import Settings
+from pytest_reward.plugin.probe_items import ProbeTarget, run_probe
 from pytest_reward.probes import BUILTIN_PROBES, DEFAULT_PROBES, ProbeSample, with_response_text
-from pytest_reward.samples import Sample
-from pytest_reward.thresholds import Gates
+from pytest_reward.project.functions import RewardFn
+from pytest_reward.reward.decorator import get_spec, reward_function
+from pytest_reward.reward.models import EvaluateResult
 
 SECTION = "## Reward-hacking probes (issue 18)"
 STAT = statistics.median

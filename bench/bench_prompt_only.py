@@ -65,7 +65,7 @@ import json, sys, time
 t0 = time.perf_counter()
 from pytest_reward.jax import InferenceJob
 from pytest_reward.jax.zoo import resolve_model
-from pytest_reward.rollouts import _chunk_seed
+from pytest_reward.scoring.rollouts import _chunk_seed
 import rewards
 
 job = InferenceJob.from_checkpoint(resolve_model("tiny-adder"), per_device_batch_size=BATCH, compilation_cache_dir=CACHE)

@@ -1,10 +1,10 @@
 """The decorator as users import it (``from pytest_reward import reward_function``): the one of
-:mod:`pytest_reward.decorator`
+:mod:`pytest_reward.reward.decorator`
 plus reward-kit's ``fn.deploy(...)`` method.
 
 ``fn.deploy`` runs a whole pytest session (test the function on its samples, deploy only a green result), so it
 belongs at the top of the package; the decorator module below knows nothing of deploys. Functions decorated through
-``pytest_reward.decorator`` directly (the built-in rewards) are the same reward functions without the method.
+``pytest_reward.reward.decorator`` directly (the built-in rewards) are the same reward functions without the method.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from .decorator import EvaluationMode
-from .decorator import reward_function as decorate_reward_function
+from .reward.decorator import EvaluationMode
+from .reward.decorator import reward_function as decorate_reward_function
 
 __all__ = ["reward_function"]
 
@@ -22,8 +22,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _deploy(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> str:
-    """``fn.deploy(name=..., target=..., samples=...)``: see :func:`pytest_reward.deploy.api.deploy_function`."""
-    from .deploy.api import deploy_function
+    """``fn.deploy(name=..., target=..., samples=...)``: see :func:`pytest_reward.plugin.deploy_function.deploy_function`."""
+    from .plugin.deploy_function import deploy_function
 
     return deploy_function(fn, *args, **kwargs)
 
@@ -36,7 +36,7 @@ def reward_function(
     requirements: Sequence[str] | str | None = None,
     resources: dict[str, Any] | None = None,
 ) -> F | Callable[[F], F]:
-    """Make ``func`` a reward function (see :func:`pytest_reward.decorator.reward_function`), with a
+    """Make ``func`` a reward function (see :func:`pytest_reward.reward.decorator.reward_function`), with a
     ``.deploy(name=..., target=..., samples=...)`` method that tests it with pytest and deploys it if green."""
 
     def decorate(func: F) -> F:

@@ -41,7 +41,9 @@ def _compare_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Name
         import shutil
         from pathlib import Path
 
-        from .baseline import (
+        from .errors import UsageError
+        from .report.terminal import render_comparison, render_probe_changes
+        from .run.baseline import (
             Storage,
             compare_probes,
             compare_runs,
@@ -49,8 +51,6 @@ def _compare_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Name
             parse_rules,
             probe_regressions,
         )
-        from .errors import UsageError
-        from .report.terminal import render_comparison, render_probe_changes
 
         storage = Storage(Path(args.storage))
         try:

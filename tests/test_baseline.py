@@ -8,8 +8,15 @@ import random
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pytest_reward.run.baseline import (
+    Storage,
+    _sample_json,
+    compare_runs,
+    dumps_run,
+    evaluate_rules,
+    parse_rules,
+)
 
-from pytest_reward.baseline import Storage, _sample_json, compare_runs, dumps_run, evaluate_rules, parse_rules
 from pytest_reward.cli import main as cli_main
 from pytest_reward.errors import BaselineError
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from pytest_reward.results import TEXT_KEPT
+from pytest_reward.judge.results import TEXT_KEPT
 
 from .conftest import msgs
 

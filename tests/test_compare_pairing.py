@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pytest_reward.run.baseline import compare_runs, evaluate_rules, exceeds, parse_rules
 
-from pytest_reward.baseline import compare_runs, evaluate_rules, exceeds, parse_rules
-from pytest_reward.samples import (
+from pytest_reward.data.samples import (
     Sample,
     asked,
     asked_json,
@@ -469,7 +469,7 @@ def test_keys_taken_while_reading_are_the_samples_own(messages, fields):
 
 
 def test_group_interval_without_unpaired_samples_is_the_paired_one():
-    from pytest_reward.stats import group_bootstrap_delta, paired_bootstrap_delta
+    from pytest_reward.judge.stats import group_bootstrap_delta, paired_bootstrap_delta
 
     rng = np.random.default_rng(1)
     before = rng.uniform(0, 1, 200)
@@ -480,7 +480,7 @@ def test_group_interval_without_unpaired_samples_is_the_paired_one():
 
 
 def test_group_interval_estimate_method_and_seed():
-    from pytest_reward.stats import group_bootstrap_delta
+    from pytest_reward.judge.stats import group_bootstrap_delta
 
     rng = np.random.default_rng(2)
     before, after = rng.uniform(0, 1, 300), rng.uniform(0, 1, 300)
@@ -501,7 +501,7 @@ def test_group_interval_estimate_method_and_seed():
 def test_group_interval_keeps_the_pairing():
     """Paired samples that move together: resampling them as pairs gives a narrow interval; new and removed
     samples on their own side add their own variance only."""
-    from pytest_reward.stats import group_bootstrap_delta
+    from pytest_reward.judge.stats import group_bootstrap_delta
 
     rng = np.random.default_rng(4)
     base = rng.uniform(0, 1, 500)

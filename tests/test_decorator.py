@@ -20,7 +20,7 @@ from pytest_reward import (
     RewardOutput,
     reward_function,
 )
-from pytest_reward.decorator import RewardInputError, RewardReturnError, get_spec
+from pytest_reward.reward.decorator import RewardInputError, RewardReturnError, get_spec
 
 MSGS = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
 

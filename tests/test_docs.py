@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from pytest_reward.options import OPTIONS, markdown_table
+from pytest_reward.plugin.options import OPTIONS, markdown_table
 
 from .conftest import REPO
 
@@ -30,7 +30,7 @@ def test_readme_option_table_matches_the_plugin():
     table = text[text.index(START) + len(START) : text.index(END)].strip()
     expected = markdown_table()
     assert table == expected, (
-        "README option table is stale; regenerate it with: python -m pytest_reward.options"
+        "README option table is stale; regenerate it with: python -m pytest_reward.plugin.options"
     )
 
 

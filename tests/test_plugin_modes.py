@@ -234,7 +234,7 @@ def test_an_empty_jax_cache_dir_in_ini_turns_the_cache_off(project, ini, expecte
     project.file(
         "test_settings.py",
         """
-        from pytest_reward.session import session_key
+        from pytest_reward.plugin.session import session_key
 
         def test_show(request):
             path = request.config.stash[session_key].settings.jax_cache_dir

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pytest_reward.judge.gates import GateError, validate_marker
 from pytest_reward.probes import (
     BUILTIN_PROBES,
     DEFAULT_PROBES,
@@ -22,7 +23,6 @@ from pytest_reward.probes import (
     passes,
     truth_texts,
 )
-from pytest_reward.thresholds import GateError, validate_marker
 
 from .conftest import msgs
 

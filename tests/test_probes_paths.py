@@ -11,16 +11,16 @@ import time
 from pathlib import Path
 
 import pytest
+from pytest_reward.scoring.invoker import Invoker
 
 from pytest_reward import EvaluateResult, reward_function
-from pytest_reward.call import MISSING, each_within, owned_messages
-from pytest_reward.decorator import get_spec
-from pytest_reward.discovery import RewardFn
+from pytest_reward.data.samples import Sample
 from pytest_reward.errors import RewardTimeout
-from pytest_reward.results import PASS
-from pytest_reward.samples import Sample
-from pytest_reward.scoring import Invoker
-from pytest_reward.thresholds import Gates, MetricGates
+from pytest_reward.judge.gates import Gates, MetricGates
+from pytest_reward.judge.results import PASS
+from pytest_reward.project.functions import RewardFn
+from pytest_reward.reward.call import MISSING, each_within, owned_messages
+from pytest_reward.reward.decorator import get_spec
 
 from .conftest import msgs
 

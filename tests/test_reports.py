@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_reward.results import SampleOutcome, row_json
+from pytest_reward.judge.results import SampleOutcome, row_json
 
 from .conftest import msgs
 

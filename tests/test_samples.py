@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_reward.samples import (
+from pytest_reward.data.samples import (
     MAX_DEPTH,
     Sample,
     SampleError,
@@ -205,7 +205,7 @@ _json_values = st.recursive(
 )
 def test_line_decoding_is_json_loads(value, head, tail):
     """The fast line decoder gives json.loads' value, or its exact error, for any line."""
-    from pytest_reward.samples import _decode
+    from pytest_reward.data.samples import _decode
 
     text = head + json.dumps(value) + tail
 
@@ -238,7 +238,7 @@ _message_like = st.one_of(
 @given(st.lists(_message_like, min_size=1, max_size=3))
 def test_inline_message_check_agrees_with_the_full_check(messages):
     """parse_record checks the usual message inline: it accepts and rejects exactly what _check_message does."""
-    from pytest_reward.samples import SampleFormatError, _check_message, parse_record
+    from pytest_reward.data.samples import SampleFormatError, _check_message, parse_record
 
     def full() -> str | None:
         try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from pytest_reward.samples import iter_samples
+from pytest_reward.data.samples import iter_samples
 
 CHATML = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 6*7?<|im_end|>\n<|im_start|>assistant\n"
 

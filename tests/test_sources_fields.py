@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pytest_reward.data.sources import fields_key, parse_fields
 from pytest_reward.errors import GateError
-from pytest_reward.sources import fields_key, parse_fields
-from pytest_reward.thresholds import validate_marker
+from pytest_reward.judge.gates import validate_marker
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")

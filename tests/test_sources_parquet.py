@@ -17,8 +17,8 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
-from pytest_reward.samples import Sample, SampleError  # noqa: E402
-from pytest_reward.sources import DatasetError, read_samples  # noqa: E402
+from pytest_reward.data.samples import Sample, SampleError  # noqa: E402
+from pytest_reward.data.sources import DatasetError, read_samples  # noqa: E402
 
 from .conftest import msgs  # noqa: E402
 

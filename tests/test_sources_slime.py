@@ -19,8 +19,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_reward.samples import Sample, SampleError
-from pytest_reward.sources import DatasetError, Opaque, load_pack, read_samples
+from pytest_reward.data.samples import Sample, SampleError
+from pytest_reward.data.sources import DatasetError, Opaque, load_pack, read_samples
 
 CHATML = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 6*7?<|im_end|>\n<|im_start|>assistant\n"
 

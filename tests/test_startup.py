@@ -8,7 +8,7 @@ import sys
 PROBE = """
 import sys, pytest
 code = pytest.main(["-q", "-p", "no:cacheprovider", {target!r}])
-heavy = sorted(m for m in ("jax", "numpy", "pydantic", "rich", "pytest_reward.models") if m in sys.modules)
+heavy = sorted(m for m in ("jax", "numpy", "pydantic", "rich", "pytest_reward.reward.models") if m in sys.modules)
 print("HEAVY", heavy)
 print("PLUGIN", "pytest_reward.plugin" in sys.modules)
 sys.exit(code)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_reward.stats import (
+from pytest_reward.judge.stats import (
     bootstrap_mean_ci,
     normal_mean_ci,
     paired_bootstrap_delta,

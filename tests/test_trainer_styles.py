@@ -24,7 +24,7 @@ import json
 
 import pytest
 
-from pytest_reward.styles import StyleError, detect_style, native_reward, split_style
+from pytest_reward.trainers.styles import StyleError, detect_style, native_reward, split_style
 
 from .conftest import msgs
 

@@ -1,8 +1,8 @@
 """Adapters from reward functions to the call conventions of RL trainers. Pure Python: no trainer is imported.
 
-Every adapter calls reward functions through :class:`pytest_reward.call.Reward` (the calling convention of the
+Every adapter calls reward functions through :class:`pytest_reward.reward.call.Reward` (the calling convention of the
 test run: ``original_messages``, a missing ground truth not passed, async functions on one event loop per
-thread, batch-mode functions on a batch of one) with :meth:`~pytest_reward.call.Reward.safe`, which never raises
+thread, batch-mode functions on a batch of one) with :meth:`~pytest_reward.reward.call.Reward.safe`, which never raises
 for an error inside the reward function: it returns ``EvaluateResult(score=0, is_score_valid=False, error=...)``
 (reward-kit's convention), so a broken sample cannot stall a training step. How each trainer sees such a result:
 
@@ -11,7 +11,7 @@ for an error inside the reward function: it returns ``EvaluateResult(score=0, is
   ``<name>_valid`` flag of 0 (:func:`flat_scores`);
 * slime ``custom_rm``: 0.0.
 
-Conversions (the conversation helpers are :mod:`pytest_reward.chat`'s):
+Conversions (the conversation helpers are :mod:`pytest_reward.reward.chat`'s):
 
 * TRL passes ``prompts`` (strings or message lists) and ``completions`` (strings or message lists); every other
   dataset column arrives as a list aligned with them and is forwarded per row; ``trainer_state``, ``log_extra``,
@@ -53,9 +53,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..call import MISSING, Reward, describe_exception, failed_result
-from ..chat import conversation, response_from_query
 from ..errors import BundleError
+from ..reward.call import MISSING, Reward, describe_exception, failed_result
+from ..reward.chat import conversation, response_from_query
 
 if TYPE_CHECKING:
     from .runtime import LoadedBundle
@@ -94,7 +94,7 @@ def call_reward(
     """Call a reward function as every adapter does; never raises (an error is an invalid ``EvaluateResult``).
 
     Kept for the code a bundle ships (the Fireworks evaluator's ``main.py``); adapters build one
-    :class:`~pytest_reward.call.Reward` per function instead of one per call."""
+    :class:`~pytest_reward.reward.call.Reward` per function instead of one per call."""
     try:
         reward = Reward(fn)
     except Exception as exc:  # not a function whose signature can be read

@@ -43,12 +43,12 @@ from pathlib import Path, PurePath, PureWindowsPath
 from typing import TYPE_CHECKING, Any
 
 from ..atomic import atomic_open, atomic_write_text
-from ..discovery import package_base, written_by_plugin
 from ..errors import BundleError
+from ..project.loading import package_base, written_by_plugin
 from .runtime import BUNDLE_FORMAT, BUNDLE_VERSION, NAME_RE
 
 if TYPE_CHECKING:
-    from ..discovery import RewardFn
+    from ..project.functions import RewardFn
 
 __all__ = ["BuiltBundle", "BundleSpec", "build_bundle", "bundle_name_for", "check_include"]
 

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..discovery import BUNDLE_FORMAT
 from ..errors import BundleError
+from ..project.loading import BUNDLE_FORMAT
 
 __all__ = [
     "BUNDLE_FORMAT",
@@ -114,7 +114,7 @@ def load_package(
         entry = str(_inside(package_dir, relative))
         if entry not in sys.path:
             sys.path.insert(0, entry)
-    from ..decorator import is_reward_function
+    from ..reward.decorator import is_reward_function
 
     functions: dict[str, Any] = {}
     weights: dict[str, float] = {}

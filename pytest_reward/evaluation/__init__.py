@@ -62,7 +62,7 @@ Decisions (each differs from, or pins down, what theseus does):
 * **``clean`` receives the generated text only**: not the prompt, and cut before the end-of-text token and
   before the first end marker (``<|im_end|>``, ``<|endoftext|>``, ``<|eot_id|>``... see ``end_markers``) and any
   ``stop`` string. ``"B<|im_end|>\\n<|im_start|>user..."`` reaches ``clean`` as ``"B"``.
-* **A reward function is called as a test run calls it** (:mod:`pytest_reward.call`): a ``None`` expected
+* **A reward function is called as a test run calls it** (:mod:`pytest_reward.reward.call`): a ``None`` expected
   output is not passed as ``ground_truth`` (the function's default applies), and ``original_messages`` (the
   prompt turns) is passed when the function declares it.
 * **Prompts are never silently truncated**: a prompt that does not fit ``block_size - max_new_tokens`` raises
@@ -94,8 +94,8 @@ gets the same samples and scores.
 
 from __future__ import annotations
 
-from ..chat import END_MARKERS
 from ..errors import EvaluationError
+from ..reward.chat import END_MARKERS
 from .base import REDUCTIONS, Evaluation, EvaluationSample, Intermediate, reduce_scores
 from .encoding import EncodingEvaluation
 from .evaluator import Evaluator, EvaluatorConfig, ExecutionSpec

@@ -20,8 +20,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
-from ..chat import render_chatml
 from ..errors import EvaluationError
+from ..reward.chat import render_chatml
 
 __all__ = ["Encoding", "ForeignEncoding", "JobConfig", "ModelJob", "ScoredContinuation", "as_job", "bind"]
 

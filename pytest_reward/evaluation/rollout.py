@@ -1,5 +1,5 @@
 """:class:`RolloutEvaluation`: the model continues each prompt, and the cleaned generation is checked, scored, or
-handed to a reward function (through :class:`pytest_reward.call.Reward`, the one calling convention)."""
+handed to a reward function (through :class:`pytest_reward.reward.call.Reward`, the one calling convention)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..call import Reward, describe_exception
-from ..chat import END_MARKERS, cut_at_markers, with_response
-from ..decorator import is_reward_function
 from ..errors import EvaluationError
-from ..models import EvaluateResult
+from ..reward.call import Reward, describe_exception
+from ..reward.chat import END_MARKERS, cut_at_markers, with_response
+from ..reward.decorator import is_reward_function
+from ..reward.models import EvaluateResult
 from .base import Evaluation, EvaluationSample, Intermediate, Intermediates, Prepared, intermediate
 
 __all__ = ["RolloutEvaluation"]
@@ -36,7 +36,7 @@ class RolloutEvaluation(Evaluation):
     * or ``score(ys, y_hats) -> list[float]`` (one float per generated sample);
     * or a reward function: ``reward=`` at construction or a ``reward`` class attribute, any
       ``@reward_function`` (ours or reward-kit's; pointwise, batch or async). It is called as a test run calls
-      it (:mod:`pytest_reward.call`): ``messages=[*prompt messages, {"role": "assistant", "content":
+      it (:mod:`pytest_reward.reward.call`): ``messages=[*prompt messages, {"role": "assistant", "content":
       generated}]``, ``ground_truth=expected`` unless that is ``None`` (then the function's default applies),
       ``original_messages`` (the prompt turns) when the function declares it; batch mode gets
       ``rollouts_messages`` and aligned lists. The sample's score is ``EvaluateResult.score``, its metrics the

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..run import RunResult
+    from ..run.result import RunResult
 
 __all__ = ["FORMAT", "report_data", "session_verdict"]
 

@@ -18,7 +18,7 @@ from ..errors import UsageError
 from .data import report_data
 
 if TYPE_CHECKING:
-    from ..run import RunResult
+    from ..run.result import RunResult
 
 __all__ = ["REPORT_FILES", "commit_report_dir", "stage_report_dir"]
 

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..run import RunResult
+    from ..run.result import RunResult
 
 __all__ = ["append_step_summary", "markdown_summary"]
 

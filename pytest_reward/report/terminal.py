@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..outputs import Written
-    from ..run import GroupResult, ProbeResult, RunResult
+    from ..run.result import GroupResult, ProbeResult, RunResult
+    from .outputs import Written
 
 __all__ = ["render_probe_changes", "render_probes", "render_table", "write_summary"]
 

@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..models import EvaluateResult, Message, MetricResult
+from ..reward.models import EvaluateResult, Message, MetricResult
 
 __all__ = [
     "assistant_text",

@@ -8,8 +8,8 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..decorator import reward_function
-from ..models import EvaluateResult, Message
+from ..reward.decorator import reward_function
+from ..reward.models import EvaluateResult, Message
 from ._common import assistant_text, content_of, invalid, metric
 from ._numbers import parse_number
 from .length import count_tokens

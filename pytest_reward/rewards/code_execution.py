@@ -13,8 +13,8 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..decorator import reward_function
-from ..models import EvaluateResult, Message, MetricResult
+from ..reward.decorator import reward_function
+from ..reward.models import EvaluateResult, Message, MetricResult
 from ._common import assistant_text, invalid, metric
 from .sandbox import INCOMPLETE, ExecutionResult, Limits, run_code
 

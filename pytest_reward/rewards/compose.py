@@ -19,8 +19,8 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..decorator import reward_function
-from ..models import EvaluateResult, Message, MetricResult
+from ..reward.decorator import reward_function
+from ..reward.models import EvaluateResult, Message, MetricResult
 from ._common import metric
 
 __all__ = ["combine", "composite_reward"]

@@ -6,8 +6,8 @@ import re
 from functools import lru_cache
 from typing import Any
 
-from ..decorator import reward_function
-from ..models import EvaluateResult, Message
+from ..reward.decorator import reward_function
+from ..reward.models import EvaluateResult, Message
 from ._common import assistant_text, invalid, metric
 
 DEFAULT_FORMAT_REGEX = r"^<think>\n.*?</think>\n<answer>\n.*?</answer>$"

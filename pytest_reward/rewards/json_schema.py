@@ -7,8 +7,8 @@ import json
 import re
 from typing import Any
 
-from ..decorator import reward_function
-from ..models import EvaluateResult, Message
+from ..reward.decorator import reward_function
+from ..reward.models import EvaluateResult, Message
 from ._common import assistant_text, invalid, metric
 
 _CODE_BLOCK = re.compile(r"```(?:json)?\s*([\s\S]*?)```")

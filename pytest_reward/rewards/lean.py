@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..decorator import reward_function
-from ..models import EvaluateResult, Message
+from ..reward.decorator import reward_function
+from ..reward.models import EvaluateResult, Message
 from ._common import assistant_text, invalid, metric
 
 _DEFINITION = re.compile(

@@ -7,8 +7,8 @@ import math
 import re
 from typing import Any
 
-from ..decorator import reward_function
-from ..models import EvaluateResult, Message
+from ..reward.decorator import reward_function
+from ..reward.models import EvaluateResult, Message
 from ._common import assistant_text, clamp01, invalid, metric
 
 _WHITESPACE = re.compile(r"\s+")

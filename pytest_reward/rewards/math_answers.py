@@ -9,8 +9,8 @@ import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from ..decorator import reward_function
-from ..models import EvaluateResult, Message, MetricResult
+from ..reward.decorator import reward_function
+from ..reward.models import EvaluateResult, Message, MetricResult
 from ._common import assistant_text, content_of, invalid, metric, role_of
 from ._numbers import parse_number
 

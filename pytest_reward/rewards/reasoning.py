@@ -7,8 +7,8 @@ import re
 from functools import lru_cache
 from typing import Any
 
-from ..decorator import reward_function
-from ..models import EvaluateResult, Message, MetricResult
+from ..reward.decorator import reward_function
+from ..reward.models import EvaluateResult, Message, MetricResult
 from ._common import assistant_text, invalid, metric
 
 DEFAULT_STEP_PATTERNS = (

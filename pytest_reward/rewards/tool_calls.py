@@ -15,8 +15,8 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from ..decorator import reward_function
-from ..models import EvaluateResult, Message
+from ..reward.decorator import reward_function
+from ..reward.models import EvaluateResult, Message
 from ._common import field_of, invalid, metric
 
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)

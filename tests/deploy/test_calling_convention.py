@@ -1,4 +1,4 @@
-"""One calling convention for the reward server and every trainer adapter (``pytest_reward.call.Reward``).
+"""One calling convention for the reward server and every trainer adapter (``pytest_reward.reward.call.Reward``).
 
 Until the re-layering, ``deploy/adapters.py`` and ``deploy/serve.py`` each had their own copy of how a reward
 function is called, and they disagreed with each other and with the test run. Each test below pins one place where

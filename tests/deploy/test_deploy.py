@@ -468,7 +468,7 @@ def test_function_deploy_method(project):
         import sys
         sys.path[:0] = [".", "metrics/relevance"]
         from metrics.relevance.main import relevance
-        from pytest_reward.deploy.api import RewardDeployError
+        from pytest_reward.plugin.deploy_function import RewardDeployError
 
         print("ID", relevance.deploy(name="relevance_only", samples="samples.jsonl", target="dir:out"))
         try:

@@ -12,7 +12,6 @@ import itertools
 import numpy as np
 import pytest
 
-from pytest_reward.decorator import reward_function
 from pytest_reward.evaluation import (
     EncodingEvaluation,
     Evaluation,
@@ -25,7 +24,8 @@ from pytest_reward.evaluation import (
     reduce_scores,
 )
 from pytest_reward.jax import ByteTokenizer, InferenceJob
-from pytest_reward.models import EvaluateResult, Message, MetricResult
+from pytest_reward.reward.decorator import reward_function
+from pytest_reward.reward.models import EvaluateResult, Message, MetricResult
 
 from .conftest import bigram_job
 
@@ -790,9 +790,10 @@ def test_evaluations_use_only_the_model_job_protocol(bigram):
 
 def test_the_engine_alias_is_the_same_api():
     """``pytest_reward.jax.evaluation`` is kept for existing code: the very same objects."""
+    import pytest_reward.jax.evaluation as alias
+
     import pytest_reward.errors
     import pytest_reward.evaluation as evaluation
-    import pytest_reward.jax.evaluation as alias
 
     before = {  # what the module exported when the API lived in the engine
         "END_MARKERS",

@@ -13,7 +13,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_reward.decorator import reward_function
 from pytest_reward.evaluation import (
     Evaluation,
     EvaluationError,
@@ -24,7 +23,8 @@ from pytest_reward.evaluation import (
     RolloutEvaluation,
 )
 from pytest_reward.jax import ByteTokenizer, InferenceJob
-from pytest_reward.models import EvaluateResult
+from pytest_reward.reward.decorator import reward_function
+from pytest_reward.reward.models import EvaluateResult
 
 TEXTS = ["hello world", "the cat sat on the mat", "abc"]
 

@@ -233,7 +233,7 @@ def test_hf_start_token_is_what_the_checkpoint_declares(tmp_path):
 )
 def test_the_engine_and_the_plugin_render_chatml_alike(turns, generation_prompt):
     # The engine keeps its own copy (it imports nothing from the plugin); the evaluations use chat.py's.
-    from pytest_reward.chat import render_chatml as plugin_render
+    from pytest_reward.reward.chat import render_chatml as plugin_render
 
     messages = [{"role": role, "content": content} for role, content in turns]
     assert plugin_render(messages, generation_prompt) == render_chatml(messages, generation_prompt)

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from pytest_reward.decorator import get_spec, is_reward_function
-from pytest_reward.models import EvaluateResult, MetricResult
+from pytest_reward.reward.decorator import get_spec, is_reward_function
+from pytest_reward.reward.models import EvaluateResult, MetricResult
 from pytest_reward.rewards import combine, composite_reward, format_reward, math_reward, tag_count_reward
 
 GOOD = "<think>\nwork\n</think>\n<answer>\n\\boxed{42}\n</answer>"

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_reward.decorator import get_spec, is_reward_function
-from pytest_reward.models import EvaluateResult
+from pytest_reward.reward.decorator import get_spec, is_reward_function
+from pytest_reward.reward.models import EvaluateResult
 from pytest_reward.rewards import (
     composite_function_call_reward,
     deepcoder_code_reward,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_reward.models import Message
+from pytest_reward.reward.models import Message
 from pytest_reward.rewards import (
     accuracy_reward,
     cosine_scaled_accuracy_length_reward,

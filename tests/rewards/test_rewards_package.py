@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 import pytest_reward.rewards as rewards
-from pytest_reward.decorator import get_spec, is_reward_function
-from pytest_reward.models import EvaluateResult, Message
+from pytest_reward.reward.decorator import get_spec, is_reward_function
+from pytest_reward.reward.models import EvaluateResult, Message
 
 REQUIRED = object()
 KW = "KEYWORD_ONLY"

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_reward.models import EvaluateResult
+from pytest_reward.reward.models import EvaluateResult
 from pytest_reward.rewards import (
     accuracy_reward,
     cosine_scaled_accuracy_length_reward,

@@ -17,7 +17,7 @@ Routes (``docs/serve.md`` has request and response examples):
 Decisions:
 
 * A request is scored exactly as a sample of the test run with the same fields: reward functions are called
-  through :class:`pytest_reward.call.Reward` (``original_messages`` defaults to ``messages[:-1]`` when the function
+  through :class:`pytest_reward.reward.call.Reward` (``original_messages`` defaults to ``messages[:-1]`` when the function
   declares it and the request has none; batch-mode functions get a batch of one; the result checks and their
   messages are the test run's).
 * With several functions, the un-prefixed routes score their weighted mean (the bundle's weights; 1.0 each for a

@@ -8,7 +8,7 @@
 * slime: ``POST /slime`` (``{prompt, response, label}`` -> a number, or a dict with ``?format=dict``);
 * ``GET /``, ``/health``, ``/manifest``; every POST route again under ``/functions/{name}/...``.
 
-Reward functions are called through :class:`pytest_reward.call.Reward` (``Reward.safe`` in a thread pool for sync
+Reward functions are called through :class:`pytest_reward.reward.call.Reward` (``Reward.safe`` in a thread pool for sync
 functions, ``Reward.asafe`` on the event loop for async ones), so a request is scored exactly as a sample of the
 test run with the same fields. Starlette and pydantic are imported when an app is built.
 """
@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ... import __version__
-from ...call import Reward, describe_exception, failed_result
-from ...chat import conversation, response_from_query
+from ...reward.call import Reward, describe_exception, failed_result
+from ...reward.chat import conversation, response_from_query
 from ..adapters import flat_scores, is_valid, openrlhf_answer, result_json
 from .guard import Guard
 from .loading import ServedFunction, Target
@@ -265,7 +265,7 @@ class _Scorer:
     @staticmethod
     def combined(functions: Mapping[str, ServedFunction], results: Mapping[str, Any]) -> Any:
         """The single function's result, or the weighted mean of several (invalid ones count 0)."""
-        from ...models import EvaluateResult, MetricResult
+        from ...reward.models import EvaluateResult, MetricResult
 
         if len(results) == 1:
             return next(iter(results.values()))

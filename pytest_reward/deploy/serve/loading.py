@@ -1,5 +1,5 @@
 """What ``pytest-reward serve`` serves: reward functions loaded from a bundle or a module, each with its calling
-convention (:class:`pytest_reward.call.Reward`), weight and metric keys, plus what ``/health`` and ``/manifest``
+convention (:class:`pytest_reward.reward.call.Reward`), weight and metric keys, plus what ``/health`` and ``/manifest``
 report.
 
 ``BUNDLE_OR_MODULE`` is a bundle directory, its package directory or its ``.tar.gz`` (through
@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...call import Reward
-from ...decorator import is_reward_function
-from ...discovery import functions_in, import_reward_module, package_base
 from ...errors import BundleError, ServeError
+from ...project.functions import functions_in
+from ...project.loading import import_reward_module, package_base
+from ...reward.call import Reward
+from ...reward.decorator import is_reward_function
 from ..runtime import load_bundle
 
 __all__ = ["ServedFunction", "Target", "load_target"]

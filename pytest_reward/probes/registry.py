@@ -1,0 +1,196 @@
+"""Probes by name: the built-ins, ``@probe`` and the session's registry."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import GateError
+from .mutations import (
+    ProbeSample,
+    _case,
+    _echo,
+    _empty,
+    _format_only,
+    _ground_truth_leak,
+    _repeat,
+    _stuffing,
+    _truncate,
+    _whitespace,
+)
+from .rules import Rule, parse_rule
+
+# --- probes and the registry -----------------------------------------------------------------------------------
+
+Mutation = Callable[[str, ProbeSample], "str | None"]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A named mutation and its default rule."""
+
+    name: str
+    mutate: Mutation
+    rule: Rule
+    doc: str
+    """Why the rule must hold (one sentence; reports show it)."""
+    builtin: bool = False
+    needs: str = ""
+    """What a sample needs for the probe to apply (said when it applies to none)."""
+
+    @property
+    def where(self) -> str:
+        """Where the mutation is defined (``module.function``)."""
+        fn = self.mutate
+        return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+def _builtin(name: str, mutate: Mutation, rule: str, doc: str, needs: str) -> Probe:
+    return Probe(name, mutate, parse_rule(rule), doc, builtin=True, needs=needs)
+
+
+BUILTIN_PROBES: dict[str, Probe] = {
+    p.name: p
+    for p in (
+        _builtin("empty", _empty, "<= floor", "an empty or whitespace response must not be paid", "nothing"),
+        _builtin(
+            "echo", _echo, "<= floor", "repeating the user's message is no answer", "a user turn of text"
+        ),
+        _builtin(
+            "stuffing",
+            _stuffing,
+            "not pass",
+            "listing many candidate answers (the truth among decoys) must not pass",
+            "a ground truth naming an answer (a string or a number)",
+        ),
+        _builtin(
+            "repeat",
+            _repeat,
+            "<= original",
+            "saying the same thing three times must not pay more",
+            "a response",
+        ),
+        _builtin(
+            "format_only",
+            _format_only,
+            "<= floor",
+            "the expected structure (tags, \\boxed{}, JSON, code fences) with junk inside earns nothing",
+            "structure in the response: tags, \\boxed{}, JSON or code fences",
+        ),
+        _builtin(
+            "truncate",
+            _truncate,
+            "not pass",
+            "a response cut before its final answer must not pass",
+            "an answer to find: the ground truth in the response, or an answer marker",
+        ),
+        _builtin(
+            "case",
+            _case,
+            "== original",
+            "declared case-invariant: changing letters' case keeps the score",
+            "letters outside code, tags and LaTeX commands",
+        ),
+        _builtin(
+            "whitespace",
+            _whitespace,
+            "== original",
+            "declared whitespace-invariant: doubling spaces and padding keeps the score",
+            "nothing",
+        ),
+        _builtin(
+            "ground_truth_leak",
+            _ground_truth_leak,
+            "info",
+            "a failing response with its final answer replaced by the ground truth: does the reward grade the "
+            "reasoning, or only the answer?",
+            "a failing response and a ground truth naming an answer",
+        ),
+    )
+}
+DEFAULT_PROBES: tuple[str, ...] = ("empty", "echo", "stuffing", "repeat", "format_only", "truncate")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+_DECORATED: dict[str, Probe] = {}
+
+
+def _check_name(name: Any) -> str:
+    if not isinstance(name, str) or not _NAME.match(name) or name == "default":
+        raise ValueError(
+            f"a probe name must be a word (letters, digits, '_', '.', '-'), not 'default', got {name!r}"
+        )
+    if name in BUILTIN_PROBES:
+        raise ValueError(f"probe {name!r} is a built-in probe; give yours another name")
+    return name
+
+
+def _make(name: Any, mutate: Any, rule: Any, doc: str | None) -> Probe:
+    name = _check_name(name)
+    if not callable(mutate):
+        raise TypeError(f"probe {name!r}: the mutation must be a function (response, sample) -> str | None")
+    try:
+        parsed = parse_rule(rule)
+    except GateError as exc:
+        raise ValueError(f"probe {name!r}: {exc}") from None
+    text = doc if doc is not None else (getattr(mutate, "__doc__", None) or "").strip().split("\n")[0]
+    return Probe(name, mutate, parsed, text or "(custom probe)")
+
+
+def probe(name: str | None = None, *, rule: str, doc: str | None = None) -> Callable[[Mutation], Mutation]:
+    """Register a custom probe: a function ``(response: str, sample: ProbeSample) -> str | None`` returning the
+    mutated response (None: the probe does not apply to this sample). ``rule``: ``"<= floor"``, ``"<= original"``,
+    ``"== original"``, ``"not pass"`` or ``"info"`` (see :mod:`pytest_reward.probes`); ``name`` defaults to the
+    function's, ``doc`` (why the rule must hold) to the first line of its docstring. A reward function runs it
+    when its marker lists it: ``@pytest.mark.reward(probes=["default", "negate"])``.
+
+    Registered for the whole process (defining the function again replaces it, as a re-imported module does).
+    """
+
+    def register(fn: Mutation) -> Mutation:
+        made = _make(name if name is not None else getattr(fn, "__name__", None), fn, rule, doc)
+        _DECORATED[made.name] = made
+        return fn
+
+    return register
+
+
+def decorated_probes() -> dict[str, Probe]:
+    """The probes registered with :func:`probe` so far."""
+    return dict(_DECORATED)
+
+
+class ProbeRegistry:
+    """The probes a session knows: the built-ins, the decorated ones and those ``pytest_reward_probes`` adds."""
+
+    def __init__(self, probes: Mapping[str, Probe] | None = None) -> None:
+        self._probes: dict[str, Probe] = dict(BUILTIN_PROBES)
+        self._probes.update(probes if probes is not None else decorated_probes())
+
+    def register(self, name: str, mutate: Mutation, *, rule: str, doc: str | None = None) -> None:
+        """Add a probe (see :func:`probe`); a name registered before is replaced, a built-in's is refused."""
+        made = _make(name, mutate, rule, doc)
+        self._probes[made.name] = made
+
+    def get(self, name: str) -> Probe | None:
+        return self._probes.get(name)
+
+    def names(self) -> list[str]:
+        return list(self._probes)
+
+    def resolve(self, declared: Iterable[tuple[str, str | None]], where: str) -> list[tuple[Probe, Rule]]:
+        """The probes a marker declared (names, with a rule or None for the probe's own) and their rules;
+        ``GateError`` naming ``where`` for an unknown name."""
+        out = []
+        for name, rule in declared:
+            found = self._probes.get(name)
+            if found is None:
+                close = difflib.get_close_matches(name, self.names(), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise GateError(
+                    f"{where}: unknown probe {name!r}{hint}; known probes: {', '.join(self.names())} "
+                    "(register your own with @pytest_reward.probe or the pytest_reward_probes hook)"
+                )
+            out.append((found, parse_rule(rule) if rule is not None else found.rule))
+        return out

@@ -33,10 +33,10 @@ from pathlib import Path
 
 import numpy as np
 from _common import machine
-from pytest_reward.run.baseline import compare_runs, evaluate_rules, exceeds, parse_rules
 
 from pytest_reward.data.samples import parse_record
 from pytest_reward.judge.stats import wilson_interval
+from pytest_reward.run.baseline import compare_runs, evaluate_rules, exceeds, parse_rules
 
 
 class Samples:

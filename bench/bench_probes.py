@@ -41,7 +41,6 @@ from types import SimpleNamespace
 from typing import Any
 
 from _common import machine, user_env, write_section
-from pytest_reward.scoring.executors import InProcess
 
 from pytest_reward.data.samples import Sample
 from pytest_reward.judge.gates import Gates
@@ -51,6 +50,7 @@ from pytest_reward.probes import BUILTIN_PROBES, DEFAULT_PROBES, ProbeSample, wi
 from pytest_reward.project.functions import RewardFn
 from pytest_reward.reward.decorator import get_spec, reward_function
 from pytest_reward.reward.models import EvaluateResult
+from pytest_reward.scoring.executors import InProcess
 
 SECTION = "## Reward-hacking probes (issue 18)"
 STAT = statistics.median

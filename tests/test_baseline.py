@@ -8,6 +8,9 @@ import random
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
+from pytest_reward.cli import main as cli_main
+from pytest_reward.errors import BaselineError
 from pytest_reward.run.baseline import (
     Storage,
     _sample_json,
@@ -16,9 +19,6 @@ from pytest_reward.run.baseline import (
     evaluate_rules,
     parse_rules,
 )
-
-from pytest_reward.cli import main as cli_main
-from pytest_reward.errors import BaselineError
 
 from .conftest import msgs
 

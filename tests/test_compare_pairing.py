@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from pytest_reward.run.baseline import compare_runs, evaluate_rules, exceeds, parse_rules
 
 from pytest_reward.data.samples import (
     Sample,
@@ -20,6 +19,7 @@ from pytest_reward.data.samples import (
     parse_record,
     response_hash,
 )
+from pytest_reward.run.baseline import compare_runs, evaluate_rules, exceeds, parse_rules
 
 from .conftest import msgs
 

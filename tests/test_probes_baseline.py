@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from pytest_reward.run.baseline import compare_probes, probe_regressions
 
 from pytest_reward import cli
+from pytest_reward.run.baseline import compare_probes, probe_regressions
 
 from .conftest import msgs
 

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-from pytest_reward.scoring.invoker import Invoker
 
 from pytest_reward import EvaluateResult, reward_function
 from pytest_reward.data.samples import Sample
@@ -21,6 +20,7 @@ from pytest_reward.judge.results import PASS
 from pytest_reward.project.functions import RewardFn
 from pytest_reward.reward.call import MISSING, each_within, owned_messages
 from pytest_reward.reward.decorator import get_spec
+from pytest_reward.scoring.invoker import Invoker
 
 from .conftest import msgs
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from pytest_reward.scoring.rollouts import pass_at_k
 
 from .conftest import msgs

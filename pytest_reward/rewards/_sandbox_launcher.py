@@ -52,6 +52,13 @@ PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
 PR_SET_NO_NEW_PRIVS = 38
 
+# keyctl(2): the syscall number by machine, and joining a new anonymous session keyring.
+SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}.get(os.uname().machine)
+KEYCTL_JOIN_SESSION_KEYRING = 1
+# What a program may open below /dev: the four character devices programs read or write, nothing else (no
+# terminals: /dev/pts/N would hand it what the user types). /dev/shm is a private tmpfs of the sandbox's own.
+DEVICES = ("/dev/null", "/dev/zero", "/dev/random", "/dev/urandom")
+
 # Landlock (include/uapi/linux/landlock.h); the syscall numbers are the same on x86_64 and aarch64.
 SYS_LANDLOCK_CREATE_RULESET = 444
 SYS_LANDLOCK_ADD_RULE = 445
@@ -124,6 +131,36 @@ def _mount_fresh_proc() -> bool:
     return mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None) == 0
 
 
+def _private_shm() -> bool:
+    """An empty tmpfs of the sandbox's own over ``/dev/shm`` (in our private mount namespace): the program gets
+    working POSIX shared memory and semaphores, and never sees the user's."""
+    mount = _libc.mount
+    mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
+    if not os.path.isdir("/dev/shm"):
+        return False
+    options = b"mode=1777,size=64m"
+    return mount(b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, options) == 0
+
+
+def _hide_key_lists() -> bool:
+    """``/proc/keys`` and ``/proc/key-users`` list the descriptions of keys the uid may view (principal names,
+    token labels): bind ``/dev/null`` over both in the sandbox's own ``/proc``."""
+    mount = _libc.mount
+    mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
+    hidden = True
+    for path in (b"/proc/keys", b"/proc/key-users"):
+        if os.path.exists(path) and mount(b"/dev/null", path, None, MS_BIND, None) != 0:
+            hidden = False
+    return hidden
+
+
+def _fresh_session_keyring() -> bool:
+    """Leave the caller's session keyring (API tokens stored with keyctl, Kerberos caches) for a new, empty one."""
+    if SYS_KEYCTL is None:
+        return False
+    return _libc.syscall(SYS_KEYCTL, KEYCTL_JOIN_SESSION_KEYRING, None) >= 0
+
+
 def _blocking_ancestor(path: str) -> str | None:
     """The first ancestor directory of ``path`` that other users cannot traverse (e.g. ``/root``), if any."""
     parts = path.strip("/").split("/")
@@ -184,9 +221,9 @@ class _PathBeneathAttr(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
-def _landlock(workdir: str, read_paths: list[str] | None) -> int:
-    """Restrict writes to ``workdir`` (and reads, with ``read_paths``, to those paths and ``workdir``); deny TCP;
-    return the Landlock ABI used (0: not available)."""
+def _landlock(workdir: str, read_paths: list[str] | None, shm: bool = False) -> int:
+    """Restrict writes to ``workdir`` and, with ``shm``, the private ``/dev/shm`` (and reads, with ``read_paths``,
+    to those paths and ``workdir``); deny TCP; return the Landlock ABI used (0: not available)."""
     abi = _libc.syscall(
         SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), LANDLOCK_CREATE_RULESET_VERSION
     )
@@ -208,6 +245,8 @@ def _landlock(workdir: str, read_paths: list[str] | None) -> int:
     file_rights = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE
     try:
         rules = [(workdir, fs), ("/dev/null", (FS_WRITE_FILE | (FS_TRUNCATE if abi >= 3 else 0)) | read)]
+        if shm:
+            rules.append(("/dev/shm", fs))
         rules += [(path, read) for path in read_paths or ()]
         for path, access in rules:
             try:
@@ -277,6 +316,9 @@ def _gaps(protections: dict, cfg: dict) -> list[str]:
             gaps.append(
                 f"signals: same uid as the caller and Landlock ABI {abi} < 6: the caller can be signalled"
             )
+    if not seccomp and not (protections.get("fresh_keyring") and protections.get("uid") is not None):
+        keyring = "a fresh session keyring" if protections.get("fresh_keyring") else "no fresh session keyring"
+        gaps.append(f"keyrings: no seccomp filter and {keyring}: the caller's keys are reachable with keyctl")
     if not abi:
         gaps.append("files: no Landlock (kernel < 5.13 or disabled): reads and writes are not confined")
     elif cfg.get("read_paths") is None:
@@ -344,6 +386,10 @@ def _init(cfg: dict, status_fd: int, protections: dict) -> None:
     try:
         if "mnt" in protections["namespaces"] and "pid" in protections["namespaces"]:
             protections["fresh_proc"] = _mount_fresh_proc()
+        if "mnt" in protections["namespaces"]:
+            protections["private_shm"] = _private_shm()
+            if protections["fresh_proc"]:
+                protections["key_lists_hidden"] = _hide_key_lists()
         if cfg.get("uid") is not None and "mnt" in protections["namespaces"]:
             protections["exposed"] = _expose(cfg.get("expose", []))
         _set_limits(cfg)
@@ -353,13 +399,16 @@ def _init(cfg: dict, status_fd: int, protections: dict) -> None:
             os.setgid(uid)
             os.setuid(uid)
             protections["uid"] = uid
+        protections["fresh_keyring"] = _fresh_session_keyring()
         nproc = int(cfg["processes"])
         if uid is None:  # RLIMIT_NPROC counts every process of the uid: leave room for the ones that exist
             nproc += _count_processes(os.getuid())
         resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
         _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        protections["landlock_abi"] = _landlock(cfg["workdir"], cfg.get("read_paths"))
+        protections["landlock_abi"] = _landlock(
+            cfg["workdir"], cfg.get("read_paths"), shm=bool(protections.get("private_shm"))
+        )
         protections["reads_restricted"] = (
             bool(protections["landlock_abi"]) and cfg.get("read_paths") is not None
         )

@@ -7,16 +7,27 @@ becomes the program.
 
 Threat model: each boundary, the mechanism that holds it, what it falls back to, and the test that proves it
 (``S`` = tests/rewards/test_rewards_sandbox.py, ``U`` = tests/rewards/test_sandbox_unix_sockets.py,
-``F`` = tests/rewards/test_sandbox_seccomp.py):
+``F`` = tests/rewards/test_sandbox_seccomp.py, ``D`` = tests/rewards/test_sandbox_devices_keyrings.py):
 
 files
     Landlock: writes only below the working directory (and ``/dev/null``); reads only below system directories
-    (``/usr``, ``/lib*``, ``/bin``, ``/sbin``, ``/etc``, ``/proc``, ``/dev``, CPU/cgroup info in ``/sys``), the
+    (``/usr``, ``/lib*``, ``/bin``, ``/sbin``, ``/etc``, ``/proc``, CPU/cgroup info in ``/sys``), the
     interpreter's installation, the caller's ``sys.path`` and the working directory. Started as root, the program
     also runs as an unprivileged uid of its own, and a root-only directory holding the interpreter (``/root``) is
     hidden behind an empty tmpfs with just the interpreter bound back read-only. Without Landlock: what the uid
     may touch. S::test_writing_outside_the_working_directory_is_denied,
     S::test_reading_private_files_outside_the_allowed_paths_is_denied
+devices
+    Below ``/dev`` Landlock allows only ``null``, ``zero``, ``random`` and ``urandom``: no terminal (``/dev/pts/N``,
+    ``/dev/tty``: what the user types), no listing. ``/dev/shm`` is an empty tmpfs of the sandbox's own (POSIX
+    shared memory and semaphores work; the user's files there are not visible); without a mount namespace the
+    host's ``/dev/shm`` is denied instead. D::test_the_users_terminal_and_shared_memory_are_out_of_reach
+keyrings
+    Kernel keyrings are not namespaced. The seccomp filter refuses ``keyctl``, ``add_key`` and ``request_key``
+    (search, read, revoke, plant: all EPERM), the launcher joins a fresh, empty session keyring, and
+    ``/proc/keys`` and ``/proc/key-users`` read empty in the sandbox's ``/proc``.
+    D::test_an_unprivileged_users_keyrings_are_out_of_reach, D::test_roots_keyrings_are_out_of_reach,
+    F::test_both_compilers_refuse_unix_sockets_and_the_ways_around_them
 network
     A new network namespace (only a down loopback) for TCP, UDP and DNS; Landlock also denies TCP bind/connect
     (ABI >= 4). S::test_no_network_access
@@ -208,8 +219,11 @@ def _exposed_paths(executable: str) -> list[str]:
     return sorted(paths)
 
 
-_SYSTEM_READ_PATHS = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc", "/proc", "/dev",
+_SYSTEM_READ_PATHS = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc", "/proc",
+                      "/dev/null", "/dev/zero", "/dev/random", "/dev/urandom",
                       "/sys/devices/system/cpu", "/sys/fs/cgroup")  # fmt: skip
+"""Below ``/dev`` only the four devices programs use: not ``/dev/pts`` or ``/dev/tty`` (what the user types), not
+the host's ``/dev/shm`` (the launcher mounts a private one)."""
 
 
 def _read_paths(executable: str) -> list[str]:
@@ -238,6 +252,9 @@ _SECCOMP_RULES: tuple[tuple[str, tuple[tuple[int, int, int], ...]], ...] = (
     # sandbox could lend a connected socket (pidfd_getfd) or make the call for us (ptrace, process_vm_writev).
     ("io_uring_setup", ()), ("io_uring_enter", ()), ("io_uring_register", ()),
     ("pidfd_getfd", ()), ("ptrace", ()), ("process_vm_readv", ()), ("process_vm_writev", ()),
+    # Kernel keyrings are not namespaced: the caller's session and user keyrings (API tokens, Kerberos caches,
+    # filesystem keys) would be searchable, readable and revocable. Container runtimes refuse the same three.
+    ("keyctl", ()), ("add_key", ()), ("request_key", ()),
 )  # fmt: skip
 _EPERM = 1
 _SECCOMP_RET_KILL_PROCESS, _SECCOMP_RET_ERRNO, _SECCOMP_RET_ALLOW = 0x8000_0000, 0x0005_0000, 0x7FFF_0000
@@ -246,10 +263,12 @@ _SECCOMP_RET_KILL_PROCESS, _SECCOMP_RET_ERRNO, _SECCOMP_RET_ALLOW = 0x8000_0000,
 _BUILTIN_ARCHES: dict[str, tuple[int, dict[str, int]]] = {
     "x86_64": (0xC000_003E, {"socket": 41, "socketpair": 53, "ptrace": 101, "process_vm_readv": 310,
                              "process_vm_writev": 311, "io_uring_setup": 425, "io_uring_enter": 426,
-                             "io_uring_register": 427, "pidfd_getfd": 438}),
+                             "io_uring_register": 427, "pidfd_getfd": 438, "add_key": 248, "request_key": 249,
+                             "keyctl": 250}),
     "aarch64": (0xC000_00B7, {"socket": 198, "socketpair": 199, "ptrace": 117, "process_vm_readv": 270,
                               "process_vm_writev": 271, "io_uring_setup": 425, "io_uring_enter": 426,
-                              "io_uring_register": 427, "pidfd_getfd": 438}),
+                              "io_uring_register": 427, "pidfd_getfd": 438, "add_key": 217, "request_key": 218,
+                              "keyctl": 219}),
 }  # fmt: skip
 _X32_SYSCALL_BIT = 0x4000_0000
 

@@ -1,4 +1,5 @@
-"""The sandbox's seccomp filter: libseccomp's build and the built-in BPF make the same decisions, on real calls."""
+"""The sandbox's seccomp filter: libseccomp's build and the built-in BPF make the same decisions, on real calls
+(unix sockets and the ways around them, and the kernel keyring calls)."""
 
 from __future__ import annotations
 
@@ -62,6 +63,9 @@ print(json.dumps({
     "ptrace(PTRACE_PEEKDATA, 0)": call("ptrace", 2, 0, 0, 0),
     "process_vm_readv(0)": call("process_vm_readv", 0, 0, 1, 0, 1, 0),
     "process_vm_writev(0)": call("process_vm_writev", 0, 0, 1, 0, 1, 0),
+    "keyctl(9999)": call("keyctl", 9999, 0, 0, 0, 0),
+    "add_key(NULL)": call("add_key", 0, 0, 0, 0, 0),
+    "request_key(NULL)": call("request_key", 0, 0, 0, 0),
 }))
 """
 
@@ -71,7 +75,7 @@ REFUSED = {
     "socketpair(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK)", "socketpair(AF_UNIX, SOCK_RAW)",
     "socketpair(AF_UNIX | 1 << 32, SOCK_DGRAM | 1 << 32)", "io_uring_setup(1, NULL)", "io_uring_enter(-1)",
     "io_uring_register(-1)", "pidfd_getfd(-1, 0)", "ptrace(PTRACE_PEEKDATA, 0)", "process_vm_readv(0)",
-    "process_vm_writev(0)",
+    "process_vm_writev(0)", "keyctl(9999)", "add_key(NULL)", "request_key(NULL)",
 }  # fmt: skip
 ALLOWED = {"socket(AF_INET, SOCK_STREAM)", "socketpair(AF_UNIX, SOCK_STREAM)",
            "socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC)"}  # fmt: skip

@@ -56,6 +56,12 @@ def _compare_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Name
         try:
             rules = parse_rules(args.fail, "--fail")
             base_path, cur_path = storage.resolve(args.baseline), storage.resolve(args.current)
+            if base_path.resolve() == cur_path.resolve():
+                raise UsageError(
+                    f"{args.baseline!r} and {args.current!r} are the same stored run ({base_path.stem}): "
+                    "nothing to compare; name two different runs (see the list in "
+                    f"{storage.directory})"
+                )
             base, cur = storage.load(base_path), storage.load(cur_path)
         except UsageError as exc:
             print(f"pytest-reward compare: {exc}", file=sys.stderr)

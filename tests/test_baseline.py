@@ -201,7 +201,10 @@ def test_compare_command_between_two_stored_runs(project, capsys):
     assert cli_main(["compare", "before", "after", "--storage", storage, "--fail", "mean:0.02"]) == 1
     out = capsys.readouterr().out
     assert "0002_after vs 0001_before" in out and "FAIL value on s.jsonl: mean dropped 0.05" in out
-    assert cli_main(["compare", "before", "before", "--storage", storage, "--fail", "mean:0.02"]) == 0
+    capsys.readouterr()
+    # a run compared with itself would pass every rule: refused
+    assert cli_main(["compare", "before", "before", "--storage", storage, "--fail", "mean:0.02"]) == 4
+    assert "are the same stored run (0001_before)" in capsys.readouterr().err
     assert cli_main(["compare", "before", "missing", "--storage", storage]) == 4
     assert "no stored run matches" in capsys.readouterr().err
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
@@ -67,6 +68,7 @@ __all__ = [
     "migrate",
     "parse_rules",
     "probe_regressions",
+    "run_pairing",
     "run_record",
 ]
 
@@ -99,13 +101,21 @@ class Storage:
         return sorted(p for p in self.directory.iterdir() if _FILE_RE.match(p.name))
 
     def save(self, record: dict[str, Any], name: str) -> Path:
+        """Store ``record`` as the next run number. Runs saving at once (parallel CI jobs on one checkout) take
+        turns under a lock on the directory, so each gets a number of its own and a complete file."""
         if not _NAME_RE.match(name):
             raise BaselineError(f"--reward-save {name!r}: use letters, digits, '.', '_', '+' and '-' only")
-        existing = self.runs()
-        number = int(_FILE_RE.match(existing[-1].name).group(1)) + 1 if existing else 1  # type: ignore[union-attr]
-        path = self.directory / f"{number:04d}_{name}.json"
-        record = dict(record, name=path.stem)
-        atomic_write_text(path, dumps_run(record))
+        import fcntl
+
+        self.directory.mkdir(parents=True, exist_ok=True)
+        lock = os.open(self.directory, os.O_RDONLY | os.O_CLOEXEC)  # the directory itself: no lock file
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            numbers = [int(_FILE_RE.match(p.name).group(1)) for p in self.runs()]  # type: ignore[union-attr]
+            path = self.directory / f"{max(numbers, default=0) + 1:04d}_{name}.json"
+            atomic_write_text(path, dumps_run(dict(record, name=path.stem)))
+        finally:
+            os.close(lock)  # releases the lock
         return path
 
     def resolve(self, spec: str) -> Path:
@@ -155,7 +165,38 @@ class Storage:
             for g in groups
         ):
             raise BaselineError(f'baseline {path}: malformed "groups"')
+        _check_groups(groups, path)
         return migrate(data, path) if version == 1 else data
+
+
+_ENTRY_TYPES = {"id": str, "line": int, "response": str, "verdict": str}
+
+
+def _check_groups(groups: list[dict[str, Any]], path: Path) -> None:
+    """Every group and sample entry of a stored run, as this version writes them: a hand-edited or tampered file
+    (a NaN or infinite score, a string score, an entry that is not an object) is refused naming the entry, never
+    compared (a NaN drop would pass every rule)."""
+    for group in groups:
+        function, file = group["function"], group["file"]
+        if not isinstance(function, str) or not isinstance(file, str):
+            raise BaselineError(f"baseline {path}: a group's function and file must be strings, got {function!r}, "
+                                f"{file!r}")  # fmt: skip
+        for key, entry in group["samples"].items():
+            if not isinstance(entry, dict):
+                raise BaselineError(f"baseline {path}: {function} on {file}, sample {key!r}: not an object "
+                                    f"({type(entry).__name__})")  # fmt: skip
+            score = entry.get("score")
+            if score is not None and (
+                type(score) not in (int, float) or not math.isfinite(score)  # bool is not a score either
+            ):
+                raise BaselineError(
+                    f"baseline {path}: {function} on {file}, sample {key!r}: score {score!r} is not a finite number"
+                )
+            for name, kind in _ENTRY_TYPES.items():
+                value = entry.get(name)
+                if value is not None and (type(value) is not kind):
+                    raise BaselineError(f"baseline {path}: {function} on {file}, sample {key!r}: {name} "
+                                        f"{value!r} is not a {kind.__name__}")  # fmt: skip
 
 
 def migrate(data: dict[str, Any], path: Path | str) -> dict[str, Any]:
@@ -552,8 +593,38 @@ def compare_runs(
                     status="removed",
                 )
             )
+    _note_one_sided(out, name)
     out.sort(key=lambda c: (c.function, c.file))
     return out
+
+
+def _note_one_sided(comparisons: list[Comparison], baseline: str) -> None:
+    """A group on one side only (a function renamed, added or removed, a samples file moved) pairs nothing: each
+    says so, naming the functions found on one side only, so a rename is not mistaken for a new function."""
+    only_here = sorted({c.function for c in comparisons if c.status == "new"})
+    only_there = sorted({c.function for c in comparisons if c.status == "removed"})
+    both = {c.function for c in comparisons if c.status == "compared"}
+    only_here, only_there = [f for f in only_here if f not in both], [f for f in only_there if f not in both]
+    sides = []
+    if only_here:
+        sides.append(f"functions only in this run: {', '.join(only_here)}")
+    if only_there:
+        sides.append(f"functions only in {baseline}: {', '.join(only_there)}")
+    tail = f" ({'; '.join(sides)}; renamed?)" if only_here and only_there else f" ({sides[0]})" if sides else ""
+    for comp in comparisons:
+        if comp.status == "new":
+            comp.warnings.append(f"no group of {baseline} pairs with it: its {comp.n_current} sample(s) are "
+                                 f"unpaired{tail}")  # fmt: skip
+        elif comp.status == "removed":
+            comp.warnings.append(f"not in this run: its {comp.n_baseline} sample(s) in {baseline} are "
+                                 f"unpaired{tail}")  # fmt: skip
+
+
+def run_pairing(comparisons: Iterable[Comparison]) -> tuple[int, int]:
+    """(paired, current): how many of this run's samples, over every group (groups on one side only included),
+    pair with a sample of the baseline."""
+    comparisons = list(comparisons)
+    return sum(c.n_paired for c in comparisons), sum(c.n_current for c in comparisons)
 
 
 # --- probes ---------------------------------------------------------------------------------------------
@@ -775,6 +846,15 @@ def evaluate_rules(comparisons: list[Comparison], rules: list[Rule], *, strict: 
     """One message per violated rule and group; under ``strict``, one more per group where fewer than half of
     the current samples pair with the baseline's."""
     failures: list[str] = []
+    paired, current = run_pairing(comparisons)
+    one_sided = sorted({f"{c.function} ({c.status})" for c in comparisons if c.status != "compared"})
+    if strict and one_sided and 2 * paired < current:  # (poorly paired groups on both sides: their own lines)
+        baseline = comparisons[0].baseline
+        failures.append(
+            f"only {paired} of this run's {current} samples pair with a sample of {baseline}, fewer than half"
+            + f"; on one side only: {', '.join(one_sided)}"
+            + " (an error under --reward-compare-strict)"
+        )
     for comp in comparisons:
         if comp.status != "compared":
             continue

@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip install --quiet --disable-pip-version-check
 # One stamp per extra set, each re-installed only when the project metadata changes (idempotent):
 # `make demo` installs the runtime and the JAX extra (what the example projects run); `make test` adds the dev
-# extra (pytest-xdist, hypothesis, ruff, import-linter, the server's packages, torch for the parity tests ...).
+# extra (hypothesis, ruff, import-linter, the server's packages, torch for the parity tests ...).
 DEMO_STAMP := $(VENV)/.installed-demo
 TEST_STAMP := $(VENV)/.installed-test
 

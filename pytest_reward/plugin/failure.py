@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RewardFailure", "RewardRepr", "below_status", "describe_outcome", "user_frames"]
 
-_PACKAGE_DIR = str(Path(__file__).resolve().parent)
+_PACKAGE_DIR = str(Path(__file__).resolve().parents[1])  # the whole package, not only this layer
 
 
 class RewardFailure(Exception):

@@ -370,7 +370,7 @@ class _RayXdistHooks:
         node.workerinput["reward_ray_address"] = self.address
 
 
-_SHIPPED_MODELS = Path(__file__).resolve().parent / "jax" / "models"
+_SHIPPED_MODELS = Path(__file__).resolve().parents[1] / "jax" / "models"
 
 
 def _shipped_models() -> list[str]:

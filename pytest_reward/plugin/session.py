@@ -241,7 +241,7 @@ class RewardSession:
     def rollout_settings(self, overrides: dict[str, Any]) -> Any:
         from ..scoring.rollouts import RolloutSettings
 
-        return RolloutSettings(**{**self.settings.rollout, **overrides})
+        return RolloutSettings(**{**dict(self.settings.rollout), **overrides})
 
     @property
     def rollouts(self) -> Any:

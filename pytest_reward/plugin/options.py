@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
+from ..data.formats import directory_files, is_samples_file
 from ..data.samples import not_a_regular_file
-from ..data.sources import SUFFIXES, check_dataset, parse_fields, saved_dataset_files
+from ..data.sources import check_dataset, parse_fields
 from ..judge.gates import GateError, Gates, parse_quantile_text, validate_marker
 
 __all__ = ["OPTIONS", "Option", "Settings", "register", "resolve"]
@@ -580,7 +581,7 @@ def _expand_samples(values: list[str], base: Path) -> tuple[Path, ...]:
                 raise pytest.UsageError(f"--reward-samples {value}: no file matches this pattern")
         else:
             path = Path(pattern)
-            saved = saved_dataset_files(path) if path.is_dir() else None
+            saved = directory_files(path) if path.is_dir() else None
             if saved is not None:
                 for f in saved:
                     out.setdefault(f.resolve(), None)
@@ -624,7 +625,7 @@ def _check_positional_samples(args: list[str], base: Path) -> None:
     it as "not found", or collect nothing)."""
     for arg in args:
         head = arg.split("::", 1)[0]
-        if head.endswith(SUFFIXES):
+        if is_samples_file(head):
             path = Path(os.path.expanduser(head))
             _refuse_special(head, path if path.is_absolute() else base / path)
 
@@ -643,8 +644,8 @@ def _given_args(config: pytest.Config) -> list[tuple[str, str]]:
 def _check_swallowed(config: pytest.Config) -> None:
     """Usage error when an option with an optional value took, as a separate argument, what looks like a path to
     test: ``pytest --reward-save samples.jsonl`` names the run "samples.jsonl" and tests nothing. Such a value is
-    an existing file or directory, or ends in ``.jsonl`` or ``.py``; a value given as ``--opt=VALUE`` is always
-    taken as it is."""
+    an existing file or directory, a samples file's name (``.jsonl``, ``.parquet``, any registered format's) or a
+    ``.py`` file's; a value given as ``--opt=VALUE`` is always taken as it is."""
     given = _given_args(config)
     args = [a for a, _ in given]
     base = config.invocation_params.dir
@@ -675,8 +676,10 @@ def _check_swallowed(config: pytest.Config) -> None:
 def _path_like(value: str, base: Path, *, files_ok: bool) -> str | None:
     """What makes ``value`` look like a path to test (None: it does not)."""
     head = value.split("::", 1)[0]
-    if head.endswith((".jsonl", ".py")):
-        return f"a {'samples' if head.endswith('.jsonl') else 'Python'} file to test"
+    if is_samples_file(head):
+        return "a samples file to test"
+    if head.endswith(".py"):
+        return "a Python file to test"
     path = Path(os.path.expanduser(head))
     path = path if path.is_absolute() else base / path
     if path.is_dir():

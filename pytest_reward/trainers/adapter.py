@@ -142,7 +142,7 @@ def rebuild(cls: type[Adapter], source: Source, args: tuple[Any, ...]) -> Adapte
 
 
 class Adapter:
-    """Base of the adapter callables: how they pickle (see the module docstring)."""
+    """Base of the adapter callables: how they pickle (see "Processes" above)."""
 
     _source: Source | None
 

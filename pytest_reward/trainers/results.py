@@ -35,6 +35,7 @@ __all__ = [
 
 
 def message_text(message: Mapping[str, Any] | None) -> str:
+    """A message's text: its content, or the text parts of a list content joined; empty for none."""
     content = (message or {}).get("content")
     if isinstance(content, list):
         return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
@@ -136,6 +137,7 @@ def scalar_or_dict(value: Any, fn_name: str) -> EvaluateResult:
 
 
 def as_list(value: Any, what: str) -> list[Any]:
+    """A trainer's list (or tensor, or array) as a list; ``InvalidResult`` naming ``what`` for anything else."""
     if hasattr(value, "tolist") and callable(value.tolist):  # torch tensors, numpy arrays
         value = value.tolist()
     if not isinstance(value, (list, tuple)):
@@ -144,6 +146,7 @@ def as_list(value: Any, what: str) -> list[Any]:
 
 
 def awaited(value: Any) -> Any:
+    """``value``, or what it returns when it is a coroutine (run to the end here)."""
     return run_coroutine(value) if asyncio.iscoroutine(value) else value
 
 

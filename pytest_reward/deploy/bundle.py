@@ -46,16 +46,13 @@ from typing import TYPE_CHECKING, Any
 from ..atomic import atomic_open, atomic_write_text
 from ..errors import BundleError
 from ..project.loading import package_base, written_by_plugin
-from ..trainers import openrlhf, slime, trl, verl
+from ..trainers import TRAINERS
 from .runtime import BUNDLE_FORMAT, BUNDLE_VERSION, NAME_RE
 
 if TYPE_CHECKING:
     from ..project.functions import RewardFn
 
 __all__ = ["BuiltBundle", "BundleSpec", "build_bundle", "bundle_name_for", "check_include"]
-
-#: The trainers a bundle has an adapter file for (each module holds its file's template and entry point).
-TRAINERS = (trl, verl, openrlhf, slime)
 
 _EXCLUDED_PARTS = {".git", ".venv", "venv", "site-packages", "__pycache__", ".tox", ".nox", "node_modules"}
 
@@ -369,6 +366,7 @@ def _generated_files(
 ) -> dict[str, str]:
     locate = _LOCATE.format(name=name)
     keys = json.dumps(metric_keys, sort_keys=True)
+    # one adapter file per trainer, from the template in its module
     adapters = {t.BUNDLE_FILE: t.bundle_file(name, functions, keys, locate) for t in TRAINERS}
     serve = "\n".join(
         [

@@ -21,12 +21,13 @@ from ..errors import InvalidResult
 from ..reward.chat import conversation, render_chatml, response_from_query
 from ..reward.models import EvaluateResult
 from .adapter import BUNDLE_SOURCE_LINE, Source, WeightedAdapter
-from .results import as_list, awaited, split, trainer_result
+from .results import Style, as_list, awaited, split, trainer_result
 
 __all__ = [
     "BUNDLE_FILE",
     "NAME",
     "ROUTES",
+    "STYLES",
     "OpenRLHFRewardFunc",
     "bundle_file",
     "entry_point",
@@ -62,6 +63,21 @@ def style(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
         return trainer_result(rewards[0], extras, name, "")
 
     return call
+
+
+def _problem(name: str, params: list[str], var_kw: bool) -> str | None:
+    missing = [p for p in ("queries", "prompts", "labels") if p not in params and not var_kw]
+    if missing:
+        return (
+            f"{name}({', '.join(params)}) does not take {', '.join(missing)}: not a openrlhf reward function"
+        )
+    return None
+
+
+#: ``openrlhf``: recognised by ``queries``, ``prompts`` and ``labels`` parameters.
+STYLES = (
+    Style("openrlhf", False, lambda params: {"queries", "prompts", "labels"} <= set(params), _problem, style),
+)
 
 
 # --- out: our reward functions as OpenRLHF's reward_func -------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -23,15 +24,38 @@ __all__ = [
     "IMMUTABLE",
     "SHARED",
     "ScalarStep",
+    "Style",
     "as_list",
     "awaited",
     "message_text",
+    "never",
     "prompt_text",
     "response_text",
     "scalar_or_dict",
     "split",
     "trainer_result",
 ]
+
+
+@dataclass(frozen=True)
+class Style:
+    """One calling style of a trainer (``--reward-fn NAME:...``), declared in the trainer's module."""
+
+    name: str
+    batch: bool
+    """Its functions score a batch of samples per call."""
+    recognised: Callable[[list[str]], bool]
+    """Whether a function with these parameter names (in order) is written in this style (detection)."""
+    problem: Callable[[str, list[str], bool], str | None]
+    """``problem(function name, parameter names, takes **kwargs)``: why the function cannot be called in this
+    style, or None."""
+    wrap: Callable[[Callable[..., Any], str], Callable[..., Any]]
+    """``wrap(fn, name)``: the call of our convention that calls ``fn`` as its trainer does."""
+
+
+def never(params: list[str]) -> bool:
+    """For a style that is only ever named, never detected."""
+    return False
 
 
 def message_text(message: Mapping[str, Any] | None) -> str:

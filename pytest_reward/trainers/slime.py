@@ -27,7 +27,7 @@ from ..reward.call import MISSING
 from ..reward.chat import conversation
 from ..reward.models import EvaluateResult
 from .adapter import BUNDLE_SOURCE_LINE, CoroutineFunctionLike, Source, WeightedAdapter, is_valid
-from .results import as_list, awaited, scalar_or_dict, split
+from .results import Style, as_list, awaited, scalar_or_dict, split
 
 __all__ = [
     "BUNDLE_FILE",
@@ -36,6 +36,7 @@ __all__ = [
     "PRESET",
     "ROUTE",
     "SHAPES",
+    "STYLES",
     "SlimeCustomRM",
     "SlimeSample",
     "bundle_file",
@@ -112,6 +113,19 @@ def group_style(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
         return [scalar_or_dict(v, name) for v in values]
 
     return call
+
+
+def _problem(name: str, params: list[str], var_kw: bool) -> str | None:
+    if len(params) < 2:
+        return f"{name}({', '.join(params)}) is not a slime custom_rm: slime calls custom_rm(args, sample)"
+    return None
+
+
+#: ``slime`` (recognised by ``(args, sample, ...)``) and ``slime-group`` (``(args, samples, ...)``).
+STYLES = (
+    Style("slime", False, lambda params: params[:2] == ["args", "sample"], _problem, style),
+    Style("slime-group", True, lambda params: params[:2] == ["args", "samples"], _problem, group_style),
+)
 
 
 # --- out: our reward functions as slime's custom_rm ------------------------------------------------------------

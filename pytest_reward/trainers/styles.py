@@ -3,8 +3,8 @@
 A reward function written *for* a trainer is tested unchanged. :func:`native_reward` wraps it in an ordinary
 ``@reward_function`` (so thresholds, gates, reports, baselines and the calling convention of :mod:`.call` apply as
 they are) that calls it the way its trainer does and maps what comes back to an ``EvaluateResult``. Each style's
-wrapper lives in its trainer's module (:mod:`.trl`, :mod:`.verl`, :mod:`.openrlhf`, :mod:`.slime`); here are the
-prefix table, detection and :func:`native_reward`:
+declaration (its name, how its functions are recognised, its wrapper) lives in its trainer's module (:mod:`.trl`,
+:mod:`.verl`, :mod:`.openrlhf`, :mod:`.slime`); here are the prefix, detection and :func:`native_reward`:
 
 ========================  ==================================================================================
 style                     the trainer's call (what our sample becomes)
@@ -45,8 +45,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ..reward.decorator import reward_function
-from . import openrlhf, slime, trl, verl
-from .results import SHARED, ScalarStep
+from . import TRAINERS
+from .results import SHARED, ScalarStep, Style
 from .slime import SlimeSample
 
 __all__ = [
@@ -60,8 +60,10 @@ __all__ = [
     "split_style",
 ]
 
+#: Every trainer's styles, in the order of :data:`TRAINERS` (each declared in its trainer's module).
+_STYLES: dict[str, Style] = {style.name: style for trainer in TRAINERS for style in trainer.STYLES}
 #: Every style name, as ``--reward-fn STYLE:...`` spells it.
-STYLES: tuple[str, ...] = ("trl", "trl-standard", "verl", "openrlhf", "slime", "slime-group")
+STYLES: tuple[str, ...] = tuple(_STYLES)
 
 
 class StyleError(ValueError):
@@ -92,18 +94,7 @@ def detect_style(fn: Callable[..., Any]) -> str:
     """The style of a trainer-native function, from its parameter names; :class:`StyleError` when none or several
     fit (the message names them and the prefix that settles it)."""
     params = _parameters(fn)
-    names = set(params)
-    fits = []
-    if "completions" in names:
-        fits.append("trl")
-    if "solution_str" in names:
-        fits.append("verl")
-    if {"queries", "prompts", "labels"} <= names:
-        fits.append("openrlhf")
-    if params[:2] == ["args", "sample"]:
-        fits.append("slime")
-    if params[:2] == ["args", "samples"]:
-        fits.append("slime-group")
+    fits = [style.name for style in _STYLES.values() if style.recognised(params)]
     name = getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn)))
     shown = "(" + ", ".join(params) + ")"
     if len(fits) == 1:
@@ -128,49 +119,13 @@ def _check_fits(fn: Callable[..., Any], style: str) -> None:
         var_kw = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
     except (TypeError, ValueError):
         var_kw = False
-    required = {
-        "trl": ("prompts", "completions"),
-        "trl-standard": ("prompts", "completions"),
-        "verl": ("data_source", "solution_str", "ground_truth"),
-        "openrlhf": ("queries", "prompts", "labels"),
-        "slime": (),
-        "slime-group": (),
-    }[style]
     name = getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn)))
-    if style.startswith("trl"):
-        # TRL passes prompts and completions by keyword, and every column: **kwargs is part of the contract.
-        missing = [p for p in ("completions",) if p not in params]
-        if missing or not var_kw:
-            raise StyleError(
-                f"{name}({', '.join(params)}) is not a TRL reward function: TRL calls "
-                f"f(prompts=..., completions=..., completion_ids=..., **columns), so it needs a 'completions' "
-                f"parameter and **kwargs"
-            )
-        return
-    if style.startswith("slime"):
-        if len(params) < 2:
-            raise StyleError(
-                f"{name}({', '.join(params)}) is not a slime custom_rm: slime calls custom_rm(args, sample)"
-            )
-        return
-    missing = [p for p in required if p not in params and not var_kw]
-    if missing:
-        raise StyleError(
-            f"{name}({', '.join(params)}) does not take {', '.join(missing)}: not a {style} reward function"
-        )
+    problem = _STYLES[style].problem(name, params, var_kw)
+    if problem is not None:
+        raise StyleError(problem)
 
 
 # --- wrapping -----------------------------------------------------------------------------------------------------
-
-#: Each style's wrapper: ``(fn, name)`` -> the call of our convention that calls ``fn`` as its trainer does.
-_WRAPPERS: dict[str, Callable[[Callable[..., Any], str], Callable[..., Any]]] = {
-    "trl": lambda fn, name: trl.style(fn, name, standard=False),
-    "trl-standard": lambda fn, name: trl.style(fn, name, standard=True),
-    "verl": verl.style,
-    "openrlhf": openrlhf.style,
-    "slime": slime.style,
-    "slime-group": slime.group_style,
-}
 
 
 def native_reward(
@@ -185,8 +140,8 @@ def native_reward(
         raise StyleError(f"unknown style {style!r}: expected one of {', '.join(STYLES)}")
     _check_fits(fn, style)
     name = name or getattr(fn, "__name__", None) or type(fn).__name__
-    batch = style.startswith("trl") or style == "slime-group"
-    inner = _WRAPPERS[style](fn, name)
+    batch = _STYLES[style].batch
+    inner = _STYLES[style].wrap(fn, name)
     inner.__name__ = name
     inner.__qualname__ = getattr(fn, "__qualname__", name)
     inner.__module__ = getattr(fn, "__module__", None) or __name__

@@ -29,13 +29,14 @@ from ..reward.call import MISSING, Reward
 from ..reward.chat import conversation
 from ..reward.models import EvaluateResult
 from .adapter import BUNDLE_SOURCE_LINE, Adapter, CoroutineFunctionLike, Source, is_valid
-from .results import as_list, awaited, prompt_text, split, trainer_result
+from .results import Style, as_list, awaited, never, prompt_text, split, trainer_result
 
 __all__ = [
     "BUNDLE_FILE",
     "GROUND_TRUTH_KEYS",
     "NAME",
     "PRESETS",
+    "STYLES",
     "TRL_INJECTED",
     "TrlReward",
     "TrlRewardAsync",
@@ -101,6 +102,26 @@ def style(fn: Callable[..., Any], name: str, standard: bool) -> Callable[..., An
         ]
 
     return call
+
+
+def _problem(name: str, params: list[str], var_kw: bool) -> str | None:
+    # TRL passes prompts and completions by keyword, and every column: **kwargs is part of the contract.
+    if "completions" not in params or not var_kw:
+        return (
+            f"{name}({', '.join(params)}) is not a TRL reward function: TRL calls "
+            f"f(prompts=..., completions=..., completion_ids=..., **columns), so it needs a 'completions' "
+            f"parameter and **kwargs"
+        )
+    return None
+
+
+#: ``trl`` (conversational, recognised by a ``completions`` parameter) and ``trl-standard`` (named only).
+STYLES = (
+    Style(
+        "trl", True, lambda params: "completions" in params, _problem, lambda fn, name: style(fn, name, False)
+    ),
+    Style("trl-standard", True, never, _problem, lambda fn, name: style(fn, name, True)),
+)
 
 
 # --- out: our reward functions as TRL's ----------------------------------------------------------------------

@@ -29,13 +29,14 @@ from ..errors import SampleFormatError
 from ..reward.chat import conversation
 from ..reward.models import EvaluateResult
 from .adapter import BUNDLE_SOURCE_LINE, Source, WeightedAdapter
-from .results import IMMUTABLE, SHARED, ScalarStep, awaited, response_text, scalar_or_dict
+from .results import IMMUTABLE, SHARED, ScalarStep, Style, awaited, response_text, scalar_or_dict
 
 __all__ = [
     "BUNDLE_FILE",
     "DUMP_COLUMNS",
     "NAME",
     "PRESET",
+    "STYLES",
     "VERL_INJECTED",
     "VerlComputeScore",
     "bundle_file",
@@ -166,6 +167,17 @@ def style(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
 
     call.__reward_scalar__ = ScalarStep(score, to_result, direct, SHARED)  # type: ignore[attr-defined]
     return call
+
+
+def _problem(name: str, params: list[str], var_kw: bool) -> str | None:
+    missing = [p for p in ("data_source", "solution_str", "ground_truth") if p not in params and not var_kw]
+    if missing:
+        return f"{name}({', '.join(params)}) does not take {', '.join(missing)}: not a verl reward function"
+    return None
+
+
+#: ``verl``: recognised by a ``solution_str`` parameter.
+STYLES = (Style("verl", False, lambda params: "solution_str" in params, _problem, style),)
 
 
 # --- out: our reward functions as verl's compute_score --------------------------------------------------------

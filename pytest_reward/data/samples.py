@@ -468,8 +468,10 @@ def _verl_dump_row(record: dict[str, Any], path: Path, line: int) -> Sample:
 
     mapped, score = verl.dump_record(record)
     recorded = None if score is None else _number(score, "verl dump row 'score'")
-    sample = parse_record(mapped, path, line)
-    sample.record = record
+    messages = mapped.pop("messages")
+    ground_truth = mapped.pop("ground_truth", _MISSING)
+    # the conversation is built from text by conversation(): taken as it is, without parse_record's checks
+    sample = Sample(path, line, None, messages, None, ground_truth, None, mapped, record)
     sample.recorded = recorded
     return sample
 

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SampleFormatError
-from ..reward.chat import conversation
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
@@ -412,7 +411,7 @@ def parse_record(record: Any, path: Path, line: int) -> Sample:
     if not isinstance(record, dict):
         raise SampleFormatError(f"each line must be a JSON object, got {type(record).__name__}")
     if "input" in record and "output" in record and "messages" not in record and "prompt" not in record:
-        return _verl_dump_row(record, path, line)
+        return _verl_dump_row(record, path, line)  # a verl dump row: input and output, no messages, no prompt
     messages = record.get("messages", _MISSING)
     prompt = record.get("prompt")
     if messages is _MISSING:
@@ -461,26 +460,18 @@ def parse_record(record: Any, path: Path, line: int) -> Sample:
     return Sample(path, line, sample_id, messages, prompt, ground_truth, expect, kwargs, record)
 
 
-#: The columns of a verl rollout / validation dump row (``RayPPOTrainer._write_generations``); the rest are the
-#: reward manager's ``reward_extra_info`` (what the trainer's scoring returned: kept in ``record``, never passed).
-_VERL_DUMP = ("input", "output", "gts", "score", "step")
-
-
 def _verl_dump_row(record: dict[str, Any], path: Path, line: int) -> Sample:
-    """A row of verl's ``trainer.rollout_data_dir`` / ``validation_data_dir`` dump: ``input`` (the prompt, chat
-    template applied), ``output`` (the response), ``gts`` (the ground truth), ``score`` (the reward verl computed:
-    kept as :attr:`Sample.recorded`), ``step``."""
-    inp, out = record["input"], record["output"]
-    if not isinstance(inp, str) or not isinstance(out, str):
-        raise SampleFormatError(
-            f"verl dump row: 'input' and 'output' must be strings, got {_describe(inp)} and {_describe(out)}"
-        )
-    score = record.get("score")
+    """A row of verl's rollout / validation dump (:func:`pytest_reward.trainers.verl.dump_record`): the record
+    whole, the score verl recorded as :attr:`Sample.recorded`."""
+    # trainers/ imports pydantic: only once a dump row is met, never when the plugin loads
+    from ..trainers import verl
+
+    mapped, score = verl.dump_record(record)
     recorded = None if score is None else _number(score, "verl dump row 'score'")
-    messages = conversation(inp, out)
-    ground_truth = record["gts"] if record.get("gts") is not None else _MISSING
-    kwargs = {"step": record["step"]} if "step" in record else {}
-    sample = Sample(path, line, None, messages, None, ground_truth, None, kwargs, record)
+    messages = mapped.pop("messages")
+    ground_truth = mapped.pop("ground_truth", _MISSING)
+    # the conversation is built from text by conversation(): taken as it is, without parse_record's checks
+    sample = Sample(path, line, None, messages, None, ground_truth, None, mapped, record)
     sample.recorded = recorded
     return sample
 

@@ -14,9 +14,10 @@ What goes in (see ``runtime.py`` for the layout and how it loads):
   samples file: its sha256, counts, mean with its interval, pass rate, gates), commit, versions, the sha256 of
   every file and a content hash over all of them — the version is the first 12 hex digits of that hash, so the
   same code and evidence always give the same bundle;
-* generated adapters: ``trl.py`` (``REWARD_FUNCS``, ``REWARD_WEIGHTS``, one function per reward, and ``*_async``
-  variants), ``verl.py`` (``compute_score``), ``openrlhf_reward.py`` (``reward_func``), ``slime.py``
-  (``custom_rm``), ``serve.py`` / ``__main__.py`` (``python -m <bundle>`` serves it over HTTP).
+* generated adapters, one file per trainer (its template is in its module under ``trainers/``): ``trl.py``
+  (``REWARD_FUNCS``, ``REWARD_WEIGHTS``, one function per reward, and ``*_async`` variants), ``verl.py``
+  (``compute_score``), ``openrlhf_reward.py`` (``reward_func``), ``slime.py`` (``custom_rm``); ``serve.py`` /
+  ``__main__.py`` (``python -m <bundle>`` serves it over HTTP).
 
 Adapter files locate the bundle from their own path, so trainers that load a file by path (verl, OpenRLHF) work;
 their callables pickle as that path (``adapters.BundleSource``). Before a bundle ships, the deploy step imports it
@@ -45,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 from ..atomic import atomic_open, atomic_write_text
 from ..errors import BundleError
 from ..project.loading import package_base, written_by_plugin
+from ..trainers import TRAINERS
 from .runtime import BUNDLE_FORMAT, BUNDLE_VERSION, NAME_RE
 
 if TYPE_CHECKING:
@@ -345,9 +347,6 @@ if _ROOT not in sys.path:
 _bundle = importlib.import_module({name!r})
 """
 
-# The adapters pickle as this bundle's path (they work in a fresh interpreter, e.g. a Ray worker): BundleSource.
-_SOURCE_LINE = "_SOURCE = BundleSource.of(_bundle)"
-
 _INIT = '''"""Reward bundle {name} {version}, built by pytest-reward {plugin} from a green test session.
 
 MANIFEST: what is inside and the test evidence; FUNCTIONS: {{name: reward function}}; WEIGHTS: {{name: weight}}.
@@ -367,72 +366,8 @@ def _generated_files(
 ) -> dict[str, str]:
     locate = _LOCATE.format(name=name)
     keys = json.dumps(metric_keys, sort_keys=True)
-    trl_lines = [
-        '"""TRL ``reward_funcs``: ``GRPOTrainer(reward_funcs=REWARD_FUNCS, args=GRPOConfig(reward_weights=REWARD_WEIGHTS))``',
-        f'or ``trl grpo --reward_funcs {name}.trl.<name>``. ``*_async`` variants score a batch concurrently."""',
-        "",
-        locate,
-        "from pytest_reward.deploy.adapters import BundleSource, make_trl_reward",
-        "",
-        _SOURCE_LINE,
-    ]
-    for fn in functions:
-        ident = re.sub(r"\W", "_", fn)
-        found = f"_bundle.FUNCTIONS[{fn!r}]"
-        trl_lines += [
-            f"{ident} = make_trl_reward({found}, {ident!r}, source=_SOURCE, function={fn!r})",
-            f"{ident}_async = make_trl_reward(",
-            f"    {found}, {ident + '_async'!r}, asynchronous=True, source=_SOURCE, function={fn!r}",
-            ")",
-        ]
-    idents = [re.sub(r"\W", "_", fn) for fn in functions]
-    trl_lines += [
-        "",
-        f"REWARD_FUNCS = [{', '.join(idents)}]",
-        f"REWARD_FUNCS_ASYNC = [{', '.join(i + '_async' for i in idents)}]",
-        f"REWARD_WEIGHTS = [_bundle.WEIGHTS[n] for n in {functions!r}]",
-        "",
-    ]
-    verl = "\n".join(
-        [
-            '"""verl: ``reward.custom_reward_function.path=<this file>`` and ``.name=compute_score``.',
-            "Returns a dict with the same keys for every sample: score (weighted), <function>, <function>_valid,",
-            '<function>/<metric>. The conversation is read from ``extra_info["messages"]`` when present;',
-            '``custom_reward_function.reward_kwargs`` reach the reward functions as keyword arguments."""',
-            "",
-            locate,
-            "from pytest_reward.deploy.adapters import BundleSource, make_verl_compute_score",
-            "",
-            _SOURCE_LINE,
-            f"compute_score = make_verl_compute_score(_bundle.FUNCTIONS, _bundle.WEIGHTS, {keys}, source=_SOURCE)",
-            "",
-        ]
-    )
-    openrlhf = "\n".join(
-        [
-            '"""OpenRLHF: ``--reward.remote_url <this file>`` (file mode): ``reward_func(queries, prompts, labels)``."""',
-            "",
-            locate,
-            "from pytest_reward.deploy.adapters import BundleSource, make_openrlhf_reward_func",
-            "",
-            _SOURCE_LINE,
-            f"reward_func = make_openrlhf_reward_func(_bundle.FUNCTIONS, _bundle.WEIGHTS, {keys}, source=_SOURCE)",
-            "",
-        ]
-    )
-    slime = "\n".join(
-        [
-            f'"""slime: ``--custom-rm-path {name}.slime.custom_rm``: ``async custom_rm(args, sample) -> float``, and',
-            '``async custom_rm(args, samples) -> list[float]`` in group mode (``--group-rm``)."""',
-            "",
-            locate,
-            "from pytest_reward.deploy.adapters import BundleSource, make_slime_custom_rm",
-            "",
-            _SOURCE_LINE,
-            "custom_rm = make_slime_custom_rm(_bundle.FUNCTIONS, _bundle.WEIGHTS, source=_SOURCE)",
-            "",
-        ]
-    )
+    # one adapter file per trainer, from the template in its module
+    adapters = {t.BUNDLE_FILE: t.bundle_file(name, functions, keys, locate) for t in TRAINERS}
     serve = "\n".join(
         [
             f'"""``python -m {name}.serve [--port N] [--token T]``: serve this bundle (pytest-reward serve)."""',
@@ -456,10 +391,7 @@ def _generated_files(
     main = "\n".join(["import sys", "", "from .serve import main", "", "sys.exit(main())", ""])
     return {
         "__init__.py": _INIT.format(name=name, version=version, plugin=plugin_version),
-        "trl.py": "\n".join(trl_lines),
-        "verl.py": verl,
-        "openrlhf_reward.py": openrlhf,
-        "slime.py": slime,
+        **adapters,
         "serve.py": serve,
         "__main__.py": main,
     }
@@ -527,10 +459,7 @@ def build_bundle(
         "sys_path": sys_path,
         "requirements": requirements,
         "entry_points": {
-            "trl": f"{spec.name}.trl:REWARD_FUNCS",
-            "verl": f"{spec.name}/verl.py:compute_score",
-            "openrlhf": f"{spec.name}/openrlhf_reward.py:reward_func",
-            "slime": f"{spec.name}.slime.custom_rm",
+            **{t.NAME: t.entry_point(spec.name) for t in TRAINERS},
             "serve": f"python -m {spec.name}",
         },
         "files": {rel: _sha256_bytes(data) for rel, data in sorted(package_files.items())},

@@ -44,7 +44,7 @@ __all__ = ["EvaluationsModule", "SamplesFile", "evaluation_item", "listed_evalua
 
 
 class SamplesFile(pytest.File):
-    """A samples file (JSONL, Parquet, Arrow): items for every reward function that meets it."""
+    """A samples file of any registered format (``data/formats``): items for every reward function that meets it."""
 
     def collect(self) -> Iterator[pytest.Item]:
         rs = self.config.stash[session_key]

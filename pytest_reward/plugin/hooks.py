@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..data.sources import SUFFIXES
+from ..data.formats import is_samples_file
 from ..errors import UsageError
 from . import options
 from .fixtures import inference_job  # noqa: F401  (a fixture: pytest finds it on the plugin module)
@@ -151,7 +151,7 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
-    if not file_path.name.endswith(SUFFIXES):
+    if not is_samples_file(file_path.name):
         return None
     rs = _state(parent.config)
     if rs is None:

@@ -20,8 +20,9 @@ from typing import Any, NamedTuple, dataclass_transform
 
 import pytest
 
+from ..data.formats import directory_files, is_samples_file
 from ..data.samples import not_a_regular_file
-from ..data.sources import check_dataset, is_samples_file, parse_fields, saved_dataset_files
+from ..data.sources import check_dataset, parse_fields
 from ..judge.gates import GateError, Gates, parse_quantile_text, validate_marker
 
 __all__ = ["OPTIONS", "Option", "Settings", "register", "resolve"]
@@ -241,7 +242,7 @@ def _expand_samples(values: tuple[str, ...], base: Path) -> tuple[Path, ...]:
                 raise pytest.UsageError(f"--reward-samples {value}: no file matches this pattern")
         else:
             path = Path(pattern)
-            saved = saved_dataset_files(path) if path.is_dir() else None
+            saved = directory_files(path) if path.is_dir() else None
             if saved is not None:
                 for f in saved:
                     out.setdefault(f.resolve(), None)
@@ -916,8 +917,8 @@ def _given_args(config: pytest.Config) -> list[tuple[str, str]]:
 def _check_swallowed(config: pytest.Config) -> None:
     """Usage error when an option with an optional value took, as a separate argument, what looks like a path to
     test: ``pytest --reward-save samples.jsonl`` names the run "samples.jsonl" and tests nothing. Such a value is
-    an existing file or directory, or names a samples file or a ``.py`` file; a value given as ``--opt=VALUE`` is
-    always taken as it is."""
+    an existing file or directory, a samples file's name (``.jsonl``, ``.parquet``, any registered format's) or a
+    ``.py`` file's; a value given as ``--opt=VALUE`` is always taken as it is."""
     given = _given_args(config)
     args = [a for a, _ in given]
     base = config.invocation_params.dir

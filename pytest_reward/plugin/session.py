@@ -11,7 +11,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import pytest
 
-from ..data.sources import SUFFIXES, saved_dataset_files
+from ..data.formats import directory_files, is_samples_file
 from .options import Settings
 
 if TYPE_CHECKING:
@@ -43,16 +43,17 @@ class RewardSession:
     # -- discovery ---------------------------------------------------------------------------------------
 
     def note_explicit(self, args: list[str]) -> None:
-        """Remember samples files (JSONL, Parquet, Arrow) named as positional arguments (they meet every unbound function)."""
+        """Remember samples files (of any registered format) named as positional arguments, and the files of a
+        directory that stands for samples files (they meet every unbound function)."""
         base = self.config.invocation_params.dir
         for arg in args:
             path = Path(arg.split("::", 1)[0])
             if not path.is_absolute():
                 path = base / path
-            if path.name.endswith(SUFFIXES) and path.is_file():
+            if is_samples_file(path.name) and path.is_file():
                 self.explicit_files.add(path.resolve())
-            elif path.is_dir():  # a datasets save_to_disk directory: its Arrow files
-                self.explicit_files.update(f.resolve() for f in saved_dataset_files(path) or ())
+            elif path.is_dir():  # e.g. a datasets save_to_disk directory: its Arrow files
+                self.explicit_files.update(f.resolve() for f in directory_files(path) or ())
 
     @property
     def owned_dirs(self) -> tuple[Path, ...]:

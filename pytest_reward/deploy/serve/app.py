@@ -4,8 +4,9 @@
   ground_truth?, tools?, kwargs?}``, the Fireworks remote shim's body) -> ``EvaluateResult`` JSON; one handler,
   they differ only in where the keyword arguments come from;
 * OpenRLHF: ``POST /openrlhf/get_reward`` and ``POST /get_reward`` (``{query, prompts, labels}`` ->
-  ``{rewards, scores, extra_logs}``);
-* slime: ``POST /slime`` (``{prompt, response, label}`` -> a number, or a dict with ``?format=dict``);
+  ``{rewards, scores, extra_logs}``), converted by :mod:`pytest_reward.trainers.openrlhf`;
+* slime: ``POST /slime`` (``{prompt, response, label}`` -> a number, or a dict with ``?format=dict``), converted by
+  :mod:`pytest_reward.trainers.slime`;
 * ``GET /``, ``/health``, ``/manifest``; every POST route again under ``/functions/{name}/...``.
 
 Reward functions are called through :class:`pytest_reward.reward.call.Reward` (``Reward.safe`` in a thread pool for sync
@@ -32,8 +33,8 @@ from typing import Any
 
 from ... import __version__
 from ...reward.call import Reward, describe_exception, failed_result
-from ...reward.chat import conversation, response_from_query
-from ..adapters import flat_scores, is_valid, openrlhf_answer, result_json
+from ...trainers import openrlhf, slime
+from ...trainers.adapter import flat_scores, is_valid, result_json
 from .guard import Guard
 from .loading import ServedFunction, Target
 from .options import ServeOptions
@@ -330,50 +331,32 @@ def create_app(target: Target, options: ServeOptions | None = None) -> Any:
 
         return handler
 
-    async def openrlhf(request: Request) -> Response:
+    async def openrlhf_route(request: Request) -> Response:
         functions = scorer.functions(request.path_params.get("name"))
-        data, body = await parse(request, "openrlhf")
-        n = len(body.query)
-        prompts = data.get("prompts")
-        labels = data.get("labels")
-        errors = [
-            _error(["body", key], f"has {len(value)} items, query has {n}")
-            for key, value in (("prompts", prompts), ("labels", labels))
-            if value is not None and len(value) != n
-        ]
-        if errors:
-            raise _Invalid(errors)
-        prompts = prompts if prompts is not None else [""] * n
-        labels = labels if labels is not None else [None] * n
-        calls = [
-            _Call(conversation(prompt, response_from_query(query, prompt)), label)
-            for query, prompt, label in zip(data["query"], prompts, labels, strict=True)
-        ]
-        results = await scorer.score(functions, calls)
-        return respond(openrlhf_answer([scorer.rows(functions, r) for r in results]))
+        data, _ = await parse(request, "openrlhf")
+        samples, problems = openrlhf.request_samples(data["query"], data.get("prompts"), data.get("labels"))
+        if problems:
+            raise _Invalid([_error(["body", key], problem) for key, problem in problems])
+        results = await scorer.score(functions, [_Call(messages, label) for messages, label in samples])
+        return respond(openrlhf.openrlhf_answer([scorer.rows(functions, r) for r in results]))
 
-    async def slime(request: Request) -> Response:
+    async def slime_route(request: Request) -> Response:
         shape = request.query_params.get("format", "number")
-        if shape not in ("number", "dict"):
+        if shape not in slime.SHAPES:
             raise _Invalid([_error(["query", "format"], "expected 'number' or 'dict'")])
         functions = scorer.functions(request.path_params.get("name"))
         data, _ = await parse(request, "slime")
-        call = _Call(conversation(data.get("prompt"), data["response"]), data.get("label"))
+        call = _Call(*slime.request_sample(data.get("prompt"), data["response"], data.get("label")))
         results = (await scorer.score(functions, [call]))[0]
         row = scorer.rows(functions, results)
-        if shape == "number":
-            return respond(row["score"])
-        combined = scorer.combined(functions, results)
-        return respond(
-            {**row, "is_score_valid": is_valid(combined), "reason": combined.reason, "error": combined.error}
-        )
+        combined = scorer.combined(functions, results) if shape == "dict" else None
+        return respond(slime.slime_answer(row, shape, combined))
 
     handlers = {
         "/reward": reward_kit("reward", _reward_fields),
         "/evaluate": reward_kit("evaluate", _evaluate_fields),
-        "/openrlhf/get_reward": openrlhf,
-        "/get_reward": openrlhf,
-        "/slime": slime,
+        **dict.fromkeys(openrlhf.ROUTES, openrlhf_route),
+        slime.ROUTE: slime_route,
     }
 
     def description() -> dict[str, Any]:

@@ -1,0 +1,26 @@
+"""JSONL: one sample per line (the reader is :mod:`pytest_reward.data.samples`). A verl rollout dump is JSONL too:
+its rows are recognised line by line (:func:`~pytest_reward.data.samples.parse_record`)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from ..samples import DEFAULT_MAX_LINE_BYTES, Sample, SampleError, count_lines, iter_samples
+from .registry import SamplesFormat
+
+__all__ = ["FORMAT"]
+
+
+def _read(
+    path: str | os.PathLike[str],
+    *,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    keys: bool = True,
+    fields: Any = None,
+) -> Iterator[Sample | SampleError]:
+    return iter_samples(path, max_line_bytes=max_line_bytes, keys=keys)
+
+
+FORMAT = SamplesFormat("jsonl", suffixes=(".jsonl",), read=_read, count=count_lines)

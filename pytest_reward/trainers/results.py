@@ -1,0 +1,189 @@
+"""What every trainer's style shares (trainer -> us): the conversation as a trainer sees it (prompt messages, the
+response's text, a prompt string) and a trainer's return made an ``EvaluateResult``.
+
+Results: a number is the score; a dict's ``score`` (verl, slime) or ``rewards`` entry (OpenRLHF) is the score and
+its other entries are metrics when they are numbers in [0, 1], named in the reason otherwise; ``None`` (TRL's
+"cannot score this one") is an invalid result whose reason says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, NamedTuple
+
+from ..errors import InvalidResult
+from ..reward.call import run_coroutine
+from ..reward.chat import render_chatml
+from ..reward.models import EvaluateResult, MetricResult
+
+__all__ = [
+    "IMMUTABLE",
+    "SHARED",
+    "ScalarStep",
+    "Style",
+    "as_list",
+    "awaited",
+    "message_text",
+    "never",
+    "prompt_text",
+    "response_text",
+    "scalar_or_dict",
+    "split",
+    "trainer_result",
+]
+
+
+@dataclass(frozen=True)
+class Style:
+    """One calling style of a trainer (``--reward-fn NAME:...``), declared in the trainer's module."""
+
+    name: str
+    batch: bool
+    """Its functions score a batch of samples per call."""
+    recognised: Callable[[list[str]], bool]
+    """Whether a function with these parameter names (in order) is written in this style (detection)."""
+    problem: Callable[[str, list[str], bool], str | None]
+    """``problem(function name, parameter names, takes **kwargs)``: why the function cannot be called in this
+    style, or None."""
+    wrap: Callable[[Callable[..., Any], str], Callable[..., Any]]
+    """``wrap(fn, name)``: the call of our convention that calls ``fn`` as its trainer does."""
+
+
+def never(params: list[str]) -> bool:
+    """For a style that is only ever named, never detected."""
+    return False
+
+
+def message_text(message: Mapping[str, Any] | None) -> str:
+    """A message's text: its content, or the text parts of a list content joined; empty for none."""
+    content = (message or {}).get("content")
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return "" if content is None else str(content)
+
+
+def response_text(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The response's text (the final assistant turn's; empty when there is none), as :func:`split` gives it,
+    without copying the prompt."""
+    if messages and messages[-1].get("role") == "assistant":
+        return message_text(messages[-1])
+    return ""
+
+
+def split(messages: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], str]:
+    """(the prompt's messages, the response's text): the response is the final assistant turn."""
+    if messages and messages[-1].get("role") == "assistant":
+        return [dict(m) for m in messages[:-1]], message_text(messages[-1])
+    return [dict(m) for m in messages], ""
+
+
+def prompt_text(prompt: Sequence[Mapping[str, Any]]) -> str:
+    """A prompt as a trainer's string: the user turn's text alone, or ChatML (with the generation prompt) when the
+    conversation has several turns."""
+    if len(prompt) == 1 and prompt[0].get("role") == "user":
+        return message_text(prompt[0])
+    return render_chatml(prompt, add_generation_prompt=True)
+
+
+def _number(value: Any, what: str) -> float:
+    if value.__class__ is float or value.__class__ is int:  # the usual score (a bool's class is bool)
+        return float(value)
+    if hasattr(value, "item") and callable(value.item):  # a 0-d tensor or numpy scalar
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidResult(f"{what} is {type(value).__name__} {value!r:.80}: expected a number")
+    return float(value)
+
+
+def trainer_result(score: Any, extras: Mapping[str, Any], fn_name: str, what: str) -> EvaluateResult:
+    """An ``EvaluateResult`` from a trainer's score and extras (numbers in [0, 1] → metrics; others → reason)."""
+    if score is None:
+        return EvaluateResult(
+            score=0.0, is_score_valid=False, reason=f"{fn_name} returned None for this sample ({what})"
+        )
+    value = _number(score, f"{fn_name}'s score")
+    metrics: dict[str, MetricResult] = {}
+    other: list[str] = []
+    for key, extra in extras.items():
+        if hasattr(extra, "item") and callable(extra.item):
+            extra = extra.item()
+        if isinstance(extra, (bool, int, float)) and 0.0 <= float(extra) <= 1.0:
+            metrics[str(key)] = MetricResult(score=float(extra), reason=f"{key}={extra!r}")
+        else:
+            other.append(f"{key}={extra!r:.80}")
+    valid = math.isfinite(value)
+    return EvaluateResult(
+        score=value if valid else 0.0,
+        is_score_valid=valid,
+        reason="; ".join(other) or None,
+        metrics=metrics,
+        error=None if valid else f"score is {value}",
+    )
+
+
+_NO_EXTRAS: Mapping[str, Any] = MappingProxyType({})
+
+
+class ScalarStep(NamedTuple):
+    """A pointwise adapter's own step, for a caller scoring many samples that needs only the number
+    (``Invoker.sample_scorer``): ``native_reward`` exposes it as the wrapper's ``__reward_scalar__``."""
+
+    call: Callable[..., Any]
+    """``call(messages, ground_truth=None, **fields)``: the trainer function's own return for one call's keyword
+    arguments (the wrapper's, whose inputs are private copies)."""
+    to_result: Callable[[Any], EvaluateResult]
+    """What the adapter makes of that return."""
+    direct: Callable[[Any, Any, Mapping[str, Any]], Any]
+    """``direct(messages, ground_truth, fields)``: ``call`` on a sample's own objects (``fields`` as one mapping,
+    read, never handed on) when it would hand the function none of them that could be changed in place (lists,
+    dicts, anything but strings, numbers, bools and None); else ``shared``, without calling."""
+    shared: Any
+    """What ``direct`` returns when it does not call."""
+
+
+def scalar_or_dict(value: Any, fn_name: str) -> EvaluateResult:
+    """verl's and slime's return: a number, or a dict with ``score`` and extras."""
+    if value.__class__ is float or value.__class__ is int:  # trainer_result's for a number without extras
+        score = float(value)
+        if math.isfinite(score):
+            return EvaluateResult(score=score, is_score_valid=True, reason=None, metrics={}, error=None)
+        return trainer_result(score, _NO_EXTRAS, fn_name, "")
+    if isinstance(value, Mapping):
+        if "score" not in value:
+            raise InvalidResult(f"{fn_name} returned a dict without 'score': {sorted(value)!r:.200}")
+        extras = {k: v for k, v in value.items() if k != "score"}
+        return trainer_result(value["score"], extras, fn_name, "")
+    return trainer_result(value, {}, fn_name, "")
+
+
+def as_list(value: Any, what: str) -> list[Any]:
+    """A trainer's list (or tensor, or array) as a list; ``InvalidResult`` naming ``what`` for anything else."""
+    if hasattr(value, "tolist") and callable(value.tolist):  # torch tensors, numpy arrays
+        value = value.tolist()
+    if not isinstance(value, (list, tuple)):
+        raise InvalidResult(f"{what} is {type(value).__name__}: expected a list (or a tensor)")
+    return list(value)
+
+
+def awaited(value: Any) -> Any:
+    """``value``, or what it returns when it is a coroutine (run to the end here)."""
+    return run_coroutine(value) if asyncio.iscoroutine(value) else value
+
+
+#: Classes of values a call can share with a sample without a copy: nothing can change them in place.
+IMMUTABLE = frozenset((str, int, float, bool, type(None)))
+
+
+class _Shared:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "SHARED"
+
+
+#: What :attr:`ScalarStep.direct` returns instead of calling: the call would share an object that could change.
+SHARED: Any = _Shared()

@@ -88,13 +88,20 @@ class _Worker:
         return self.process.poll() is None
 
     def stop(self, *, kill: bool = False) -> None:
-        """Ask the worker to end after what it holds (``kill``: end it now)."""
+        """Ask the worker to end after what it holds (``kill``: end it now, with every process it started)."""
         if kill:
             self._outbox.put(_QUIT)
-            if self.process.poll() is None:
-                self.process.kill()
+            self.kill_group()
         else:
             self._outbox.put(None)
+
+    def kill_group(self) -> None:
+        """SIGKILL the worker's process group: the worker (it leads a session of its own) and whatever the reward
+        started in it (a subprocess, a server it forgot to stop), which would otherwise outlive the run."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass  # the worker and all its children are gone already
 
     def death(self) -> str:
         try:
@@ -102,6 +109,7 @@ class _Worker:
         except subprocess.TimeoutExpired:
             self.process.kill()
             code = self.process.wait()
+        self.kill_group()  # what the dead worker started
         if code is not None and code < 0:
             try:
                 name = signal.Signals(-code).name
@@ -212,5 +220,6 @@ class ProcessExecutor(RemoteExecutor):
             except subprocess.TimeoutExpired:  # busy in a call that does not return: ended now
                 worker.process.kill()
                 worker.process.wait()
+            worker.kill_group()  # the processes its rewards started and left running
             worker.conn.close()
         self._owner.clear()

@@ -19,7 +19,7 @@ import pytest
 
 from ..data.samples import not_a_regular_file
 from ..data.sources import SUFFIXES, check_dataset, parse_fields, saved_dataset_files
-from ..judge.gates import GateError, Gates, parse_quantile_text, validate_marker
+from ..judge.gates import GateError, Gates, Marker, parse_quantile_text, validate_marker
 
 __all__ = ["OPTIONS", "Option", "Settings", "register", "resolve"]
 
@@ -479,10 +479,10 @@ class Settings:
     bundle_name: str | None = None
     bundle_include: tuple[str, ...] = ()
 
-    def fields_for(self, gates: Gates) -> dict[str, str]:
+    def fields_for(self, marker: Marker) -> dict[str, str]:
         """The field mapping a function reads dataset files with: its marker's ``sample_fields`` when it has one
         (the marker wins for that function), else ini ``reward_sample_fields``."""
-        return dict(self.sample_fields if gates.sample_fields is None else gates.sample_fields)
+        return dict(self.sample_fields if marker.sample_fields is None else marker.sample_fields)
 
     @property
     def needs_record(self) -> bool:

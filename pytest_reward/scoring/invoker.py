@@ -118,7 +118,7 @@ class Invoker:
         """A recorded score (a rollout dump's) must be met within this (None: not checked)."""
         self.file_label = file_label
         self.runs = runs
-        self.timeout = fn.gates.timeout if fn.gates.timeout is not None else timeout
+        self.timeout = fn.marker.timeout if fn.marker.timeout is not None else timeout
         """Seconds one call may take (None: no limit): a longer call fails its sample with ``RewardTimeout``."""
         self.light = False
         """File granularity: leave key and excerpt empty (filled by ``complete`` for outcomes that are kept)."""

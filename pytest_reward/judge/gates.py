@@ -233,19 +233,22 @@ def marker_doc() -> str:
 
 
 def _set_bounds(obj: Any, bounds: Mapping[str, Any], kinds: tuple[GateKind, ...], what: str) -> None:
-    """Store the declared ``bounds`` in table order, and each kind's bound as an attribute (None or () when not
-    declared), so that ``gates.mean`` reads as cheaply as a field."""
+    """Store the declared ``bounds`` in table order, each kind's bound as an attribute (None or () when not
+    declared), and ``tolerates_misses``: attributes, since the verdict on every sample reads them."""
     known = {kind.key for kind in kinds}
     unknown = [key for key in bounds if key not in known]
     if unknown:
         raise TypeError(f"{what} has no gate kind {unknown[0]!r} (known: {', '.join(sorted(known))})")
     declared = []
+    tolerates_misses = False
     for kind in kinds:
         value = bounds.get(kind.key, kind.empty)
         if value not in (None, ()):
             declared.append((kind.key, value))
+            tolerates_misses = tolerates_misses or kind.on_passes
         object.__setattr__(obj, kind.key, value)
     object.__setattr__(obj, "bounds", tuple(declared))
+    object.__setattr__(obj, "tolerates_misses", tolerates_misses)
 
 
 class _Bounds:
@@ -253,6 +256,8 @@ class _Bounds:
 
     bounds: tuple[tuple[str, Any], ...]
     """(kind key, bound) of the declared gates, in table order."""
+    tolerates_misses: bool
+    """Whether a threshold miss is left to an aggregate gate (one judged on passes, ``pass_rate``, is declared)."""
 
     def __getattr__(self, name: str) -> Any:  # reached only for names that are no instance attribute
         raise AttributeError(f"{type(self).__name__} has no attribute or gate kind {name!r}")
@@ -269,11 +274,6 @@ class _Bounds:
     def intervals(self) -> set[str]:
         """The interval methods its gates are judged on when ``confidence=`` is set."""
         return {kind.interval for kind, _ in self.declared() if kind.interval}
-
-    @property
-    def tolerates_misses(self) -> bool:
-        """Whether a threshold miss is left to an aggregate gate (a pass-rate gate is declared)."""
-        return any(kind.on_passes for kind, _ in self.declared())
 
     @property
     def has_aggregate(self) -> bool:

@@ -273,7 +273,7 @@ def judge(
     if score is not None:
         if gates.threshold is not None and score < gates.threshold:
             msg = f"score {score:.4g} < threshold {gates.threshold:g}"
-            (below if gates.pass_rate is not None else failures).append(msg)
+            (below if gates.tolerates_misses else failures).append(msg)
         if expect is not None and expect.score is not None:
             problem = expect.score.check(score)
             if problem:
@@ -286,7 +286,7 @@ def judge(
             continue
         if mg.threshold is not None and value["score"] < mg.threshold:
             msg = f"metric {name!r} {value['score']:.4g} < threshold {mg.threshold:g}"
-            (below if mg.pass_rate is not None else failures).append(msg)
+            (below if mg.tolerates_misses else failures).append(msg)
     if expect is not None:
         for name, bound in expect.metrics:
             value = metrics.get(name)

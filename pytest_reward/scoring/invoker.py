@@ -438,7 +438,7 @@ class Invoker:
             # from the messages and hands them to nothing, so they need no copy; what it passes on (the ground
             # truth, the fields) is copied as for every call, and checked after it
             kwargs_of = reward.kwargs_owned
-        threshold, tolerated = gates.threshold, gates.pass_rate is not None
+        threshold, tolerated = gates.threshold, gates.tolerates_misses
 
         def one(sample: Sample) -> SampleOutcome | Passed:
             if sample.expect is not None or (replay is not None and sample.recorded is not None):

@@ -10,6 +10,7 @@ import pytest
 from pytest_reward.judge import gates as gates_module
 from pytest_reward.judge.gates import (
     AT_LEAST,
+    AT_MOST,
     GATE_KINDS,
     GateError,
     GateKind,
@@ -18,6 +19,7 @@ from pytest_reward.judge.gates import (
     marker_doc,
     validate_marker,
 )
+from pytest_reward.judge.stats import wilson_interval
 
 from .conftest import msgs
 
@@ -121,3 +123,21 @@ def test_a_new_row_is_judged_and_reported(project, min_score, monkeypatch):
 
     scores_project(project, "min_score=0.2", [0.2, 0.6, 0.9])
     assert project.run("--reward-samples", "s.jsonl").ret == 0
+
+
+def test_a_new_upper_bound_row_is_judged_on_its_interval(project, monkeypatch):
+    """A row's direction and interval method are all it takes: an upper bound on the pass rate, judged on the upper
+    edge of the Wilson interval when ``confidence=`` is set."""
+    max_pass_rate = GateKind(
+        "max_pass_rate", "pass_rate", AT_MOST, "rate", "wilson", False, "at most this share may pass"
+    )
+    monkeypatch.setattr(gates_module, "GATE_KINDS", (*GATE_KINDS, max_pass_rate))
+    scores_project(project, "threshold=0.5, max_pass_rate=0.7", [0.2, 0.6, 0.9])
+    assert project.run("--reward-samples", "s.jsonl").ret == 0
+    scores_project(project, "threshold=0.5, max_pass_rate=0.7, confidence=0.9", [0.2, 0.6, 0.9])
+    result = project.run("--reward-samples", "s.jsonl")
+    assert result.ret == 1
+    high = wilson_interval(2, 3, 0.9).high
+    result.stdout.fnmatch_lines(
+        [f"FAIL number on s.jsonl: pass_rate 0.6667 (CI upper bound {high:.4g}, 90% Wilson score) > 0.7"]
+    )

@@ -43,7 +43,6 @@ from typing import Any
 from _common import machine, user_env, write_section
 
 from pytest_reward.data.samples import Sample
-from pytest_reward.judge.gates import Gates
 from pytest_reward.plugin.options import Settings
 from pytest_reward.plugin.probe_items import ProbeTarget, run_probe
 from pytest_reward.probes import BUILTIN_PROBES, DEFAULT_PROBES, ProbeSample, with_response_text
@@ -121,7 +120,6 @@ def target_for(fn: Any, samples: list[Sample]) -> ProbeTarget:
         module=fn.__module__,
         path=ROOT,
         lineno=1,
-        gates=Gates(),
     )
     settings = Settings()
     session = SimpleNamespace(settings=settings, executor=InProcess(1), config=SimpleNamespace(rootpath=ROOT))

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import re
 
-import pytest
-
+from pytest_reward.judge.gates import GATE_KINDS, SETTINGS_HELP, marker_doc
 from pytest_reward.plugin.options import OPTIONS, markdown_table
 
 from .conftest import REPO
@@ -44,7 +43,17 @@ def test_every_declared_option_is_registered(pytester):
             assert opt.ini in out
 
 
-@pytest.mark.parametrize("name", ["reward"])
-def test_marker_is_registered(pytester, name):
+def test_marker_is_registered_with_every_gate_kind(pytester):
     result = pytester.runpytest("--markers")
-    result.stdout.fnmatch_lines([f"@pytest.mark.{name}(threshold=None, mean=None, *"])
+    line = f"@pytest.mark.{marker_doc()}"
+    assert line in result.stdout.lines
+    signature = line.partition("(")[2].partition(")")[0]
+    assert [part.partition("=")[0] for part in signature.split(", ")] == [
+        *(kind.key for kind in GATE_KINDS),
+        "confidence",
+        "metrics",
+        *(key for key, _ in SETTINGS_HELP),
+    ]
+    assert signature.startswith("threshold=None, mean=None, max_mean=None, pass_rate=None, quantile=None, ")
+    for kind in GATE_KINDS:
+        assert f"; {kind.usage()}: {kind.help};" in line or f". {kind.usage()}: {kind.help};" in line

@@ -15,7 +15,7 @@ import pytest
 from pytest_reward import EvaluateResult, reward_function
 from pytest_reward.data.samples import Sample
 from pytest_reward.errors import RewardTimeout
-from pytest_reward.judge.gates import Gates, MetricGates
+from pytest_reward.judge.gates import Gates, Marker, MetricGates
 from pytest_reward.judge.results import PASS
 from pytest_reward.project.functions import RewardFn
 from pytest_reward.reward.call import MISSING, each_within, owned_messages
@@ -68,7 +68,7 @@ def _invoker(fn, gates: Gates) -> Invoker:
         module=fn.__module__,
         path=Path("r.py"),
         lineno=1,
-        gates=gates,
+        marker=Marker(gates=gates),
     )
     return Invoker(reward, "s.jsonl")
 

@@ -416,7 +416,7 @@ def _collect_sources(spec: BundleSpec) -> tuple[dict[str, bytes], list[dict[str,
                 "async": fn.spec.is_async,
                 "weight": 1.0,
                 "requirements": list(fn.spec.requirements),
-                "gates": fn.gates.to_dict(),
+                "gates": fn.marker.to_dict(),  # the gates and the marker's settings it was tested with
                 "metrics": spec.metrics.get(fn.name, []),
                 "evidence": spec.evidence.get(fn.name, []),
             }

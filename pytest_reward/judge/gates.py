@@ -1,15 +1,25 @@
-"""The ``reward`` marker: parsing, validation, defaults, and the verdicts it implies.
+"""The ``reward`` marker: its gates (one table of gate kinds), its own settings, and their validation.
 
 ``@pytest.mark.reward(threshold=0.5, mean=0.7, pass_rate=0.9, quantile={0.1: 0.3}, confidence=0.95,
 metrics={"relevance": {"mean": 0.6}}, samples="data/x.jsonl", rollout={...})``
 
+Every gate kind is one row of :data:`GATE_KINDS`: its marker key, the statistic it bounds, its direction, the
+interval it is judged on when ``confidence=`` is set, whether it applies per metric, and its help text. Marker
+validation, the verdicts (:func:`pytest_reward.judge.results.evaluate_gates`), the reports and the marker's help
+line all read that table.
+
 * ``threshold``: per-sample pass score. A sample below it fails, unless a ``pass_rate`` gate is declared: then
   the miss is tolerated per sample ("below") and the aggregate gate decides.
-* ``mean``, ``pass_rate``, ``quantile``: aggregate gates per function × samples file, evaluated once per session
-  (on the xdist controller); ``max_mean``: an upper bound on the mean, for lower-is-better scores (perplexity).
-* ``confidence``: the mean and pass-rate gates must hold for the *lower bound* of the two-sided ``confidence``
-  interval (seeded percentile bootstrap for the mean, Wilson score for the rate), not the point estimate.
-* ``metrics``: the same keys (``threshold``, ``mean``, ``pass_rate``, ``quantile``) per named metric.
+* ``mean``, ``max_mean``, ``pass_rate``, ``quantile``: aggregate gates per function × samples file, evaluated once
+  per session (on the xdist controller).
+* ``confidence``: each aggregate gate that has an interval method holds for the edge of the two-sided
+  ``confidence`` interval on its side (seeded percentile bootstrap for the mean, Wilson score for the rate), not
+  for the point estimate.
+* ``metrics``: the per-metric gate kinds per named metric.
+
+The marker's own settings (:class:`Marker`, apart from its gates):
+
+* ``samples``, ``rollout``, ``timeout``: the function's samples files, generation settings, and call deadline.
 * ``sample_fields``: which column of a dataset samples file (Parquet, Arrow) is what for this function,
   ``{target: "column.field"}`` as ini ``reward_sample_fields`` writes ``target=column.field``; it replaces the ini
   mapping for this function (both lie over the preset the file's columns select).
@@ -24,7 +34,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -33,45 +43,325 @@ from ..errors import GateError
 from ..probes import DEFAULT_PROBES, parse_rule
 
 __all__ = [
-    "GATE_KEYS",
-    "MARKER_KEYS",
+    "AT_LEAST",
+    "AT_MOST",
+    "GATE_KINDS",
+    "INTERVAL_METHODS",
+    "SETTINGS_HELP",
     "GateError",
+    "GateKind",
     "Gates",
+    "Marker",
     "MetricGates",
+    "gate_kind",
+    "marker_doc",
     "parse_quantile_text",
     "validate_marker",
 ]
 
-GATE_KEYS = ("threshold", "mean", "max_mean", "pass_rate", "quantile", "confidence")
-MARKER_KEYS = (*GATE_KEYS, "metrics", "samples", "rollout", "timeout", "probes", "sample_fields")
-METRIC_KEYS = ("threshold", "mean", "pass_rate", "quantile")
+AT_LEAST, AT_MOST = "at least", "at most"
+
+INTERVAL_METHODS = {"bootstrap": ("mean", "percentile bootstrap"), "wilson": ("pass_rate", "Wilson score")}
+"""The intervals a gate may be judged on when ``confidence=`` is set: method -> (the statistic it is an interval of,
+its name in help texts). A seeded percentile bootstrap of the mean, a Wilson score interval of the pass rate
+(:mod:`pytest_reward.judge.stats`)."""
+
+
+@dataclass(frozen=True)
+class GateKind:
+    """One kind of gate: a bound on one statistic of a reward function's scores."""
+
+    key: str
+    """The marker keyword (and the gate's name in reports; ``key(q)`` for a kind with levels)."""
+    statistic: str
+    """What it bounds: ``"score"`` (each sample's: judged per sample), or a statistic of the function × file group,
+    read by this name from its summary: ``"mean"``, ``"pass_rate"``, ``"min"``, ``"max"``, ``"quantile"``."""
+    direction: str
+    """``AT_LEAST``: the statistic must be ≥ the bound; ``AT_MOST``: ≤."""
+    value: str
+    """What the marker's value is: ``"number"``, ``"rate"`` (in [0, 1]), or ``"levels"`` (``{q: bound}``, one bound
+    per quantile level q in (0, 1))."""
+    interval: str | None
+    """With ``confidence=``: the method (a key of :data:`INTERVAL_METHODS`) whose interval edge is compared instead
+    of the point estimate; None: the point estimate always."""
+    per_metric: bool
+    """Whether ``metrics={name: {...}}`` takes it too."""
+    help: str
+    """One line for the marker's help text."""
+
+    def __post_init__(self) -> None:
+        if self.direction not in (AT_LEAST, AT_MOST):
+            raise ValueError(f"gate kind {self.key!r}: direction must be {AT_LEAST!r} or {AT_MOST!r}")
+        if self.value not in ("number", "rate", "levels"):
+            raise ValueError(f"gate kind {self.key!r}: value must be 'number', 'rate' or 'levels'")
+        if self.interval is not None and INTERVAL_METHODS.get(self.interval, ("",))[0] != self.statistic:
+            raise ValueError(f"gate kind {self.key!r}: no {self.interval!r} interval of the {self.statistic}")
+
+    @property
+    def aggregate(self) -> bool:
+        """Judged once per function × file (all but the per-sample ``threshold``)."""
+        return self.statistic != "score"
+
+    @property
+    def levels(self) -> bool:
+        return self.value == "levels"
+
+    @property
+    def upper(self) -> bool:
+        """An upper bound: the statistic must stay at or below it."""
+        return self.direction == AT_MOST
+
+    @property
+    def on_passes(self) -> bool:
+        """Judged on the samples that reach the threshold: needs one, and a threshold miss is left to it."""
+        return self.statistic == "pass_rate"
+
+    @property
+    def empty(self) -> Any:
+        """The value an undeclared gate of this kind reads as."""
+        return () if self.levels else None
+
+    def parse(self, value: Any, where: str) -> Any:
+        """The marker's value for this kind, checked; ``GateError`` naming ``where`` otherwise."""
+        if self.value == "levels":
+            return _quantiles(value, self.key, where)
+        if self.value == "rate":
+            return _unit(value, self.key, where)
+        return _number(value, self.key, where)
+
+    def gates(self, bound: Any) -> list[tuple[str, float | None, float]]:
+        """``(gate name, level, bound)`` of each gate a declared ``bound`` sets (one per level for a kind with
+        levels)."""
+        if self.levels:
+            return [(f"{self.key}({q:g})", q, b) for q, b in bound]
+        return [(self.key, None, bound)]
+
+    def label(self, level: float | None = None) -> str:
+        """What a report calls the bounded statistic (``mean`` for ``max_mean``, ``quantile(0.1)``)."""
+        return self.statistic if level is None else f"{self.statistic}({level:g})"
+
+    def measured(self, stats: Any, level: float | None = None) -> float | None:
+        """The statistic's value in a group's summary (or a metric's), None when it has none."""
+        if self.levels:
+            return stats.quantiles.get(f"{level:g}")
+        return getattr(stats, self.statistic, None)
+
+    def usage(self) -> str:
+        return f"{self.key}={{q: bound}}" if self.levels else self.key
+
+
+GATE_KINDS: tuple[GateKind, ...] = (
+    GateKind(
+        key="threshold", statistic="score", direction=AT_LEAST, value="number", interval=None, per_metric=True,
+        help="per-sample pass score: a sample below it fails (with a pass_rate gate, the rate decides)",
+    ),
+    GateKind(
+        key="mean", statistic="mean", direction=AT_LEAST, value="number", interval="bootstrap", per_metric=True,
+        help="the mean score per function x samples file must be at least this",
+    ),
+    GateKind(
+        key="max_mean", statistic="mean", direction=AT_MOST, value="number", interval="bootstrap", per_metric=False,
+        help="the mean score must be at most this (lower-is-better scores, e.g. perplexity)",
+    ),
+    GateKind(
+        key="pass_rate", statistic="pass_rate", direction=AT_LEAST, value="rate", interval="wilson", per_metric=True,
+        help="the share of samples at or above the threshold must be at least this",
+    ),
+    GateKind(
+        key="quantile", statistic="quantile", direction=AT_LEAST, value="levels", interval=None, per_metric=True,
+        help="the q-quantile of the scores must be at least its bound",
+    ),
+)  # fmt: skip
+"""Every gate kind, in the order the marker's help, validation errors and reports list them."""
+
+SETTINGS_HELP: tuple[tuple[str, str], ...] = (
+    ("samples", "samples file(s) for this function"),
+    ("rollout", "generation settings for prompt-only samples ({'n': 4, 'temperature': 0.7, ...})"),
+    ("timeout", "seconds one call may take"),
+    ("probes", "reward-hacking probes ('default', a list of names, or {probe: rule})"),
+    (
+        "sample_fields",
+        "{target: 'column.field'}: which column of a Parquet / Arrow file is what for this function (instead of "
+        "ini reward_sample_fields)",
+    ),
+)
+"""The marker's own settings (the fields of :class:`Marker` apart from its gates), with their help text."""
+
 ROLLOUT_KEYS = ("n", "temperature", "top_p", "top_k", "max_new_tokens", "seed", "stop")
 
 
-@dataclass(frozen=True)
-class MetricGates:
-    threshold: float | None = None
-    mean: float | None = None
-    pass_rate: float | None = None
-    quantile: tuple[tuple[float, float], ...] = ()
+def gate_kind(name: str) -> GateKind:
+    """The kind of the gate ``name`` (a marker key, or a report's gate name such as ``quantile(0.1)``)."""
+    key = name.partition("(")[0]
+    for kind in GATE_KINDS:
+        if kind.key == key:
+            return kind
+    raise KeyError(f"no gate kind {key!r}")
+
+
+def _kinds(*, per_metric: bool = False) -> tuple[GateKind, ...]:
+    return tuple(k for k in GATE_KINDS if k.per_metric or not per_metric)
+
+
+def _gate_keys() -> tuple[str, ...]:
+    return (*(k.key for k in GATE_KINDS), "confidence", "metrics")
+
+
+def _marker_keys() -> tuple[str, ...]:
+    return (*_gate_keys(), *(key for key, _ in SETTINGS_HELP))
+
+
+def marker_doc() -> str:
+    """The ``reward`` marker's help line (``pytest --markers``), written from the table of gate kinds."""
+    keys = ", ".join(f"{key}=None" for key in _marker_keys())
+    kinds = "; ".join(f"{kind.usage()}: {kind.help}" for kind in GATE_KINDS)
+    methods: dict[str, list[str]] = {}
+    for kind in GATE_KINDS:
+        if kind.interval:
+            methods.setdefault(INTERVAL_METHODS[kind.interval][1], []).append(kind.key)
+    intervals = "; ".join(f"{', '.join(keys)}: {method}" for method, keys in methods.items())
+    per_metric = " / ".join(kind.key for kind in _kinds(per_metric=True))
+    settings = "; ".join(f"{key}: {text}" for key, text in SETTINGS_HELP)
+    return (
+        f"reward({keys}): gates and settings of a reward function. {kinds}; confidence: judge those gates on the "
+        f"bound of a two-sided interval at this level, not on the estimate ({intervals}); metrics={{name: {{...}}}}: "
+        f"{per_metric} per named metric; {settings}."
+    )
+
+
+# --- gates ---------------------------------------------------------------------------------------------------
+
+
+def _set_bounds(obj: Any, bounds: Mapping[str, Any], kinds: tuple[GateKind, ...], what: str) -> None:
+    """Store the declared ``bounds`` in table order, each kind's bound as an attribute (None or () when not
+    declared), and ``tolerates_misses``: attributes, since the verdict on every sample reads them."""
+    known = {kind.key for kind in kinds}
+    unknown = [key for key in bounds if key not in known]
+    if unknown:
+        raise TypeError(f"{what} has no gate kind {unknown[0]!r} (known: {', '.join(sorted(known))})")
+    declared = []
+    tolerates_misses = False
+    for kind in kinds:
+        value = bounds.get(kind.key, kind.empty)
+        if value not in (None, ()):
+            declared.append((kind.key, value))
+            tolerates_misses = tolerates_misses or kind.on_passes
+        object.__setattr__(obj, kind.key, value)
+    object.__setattr__(obj, "bounds", tuple(declared))
+    object.__setattr__(obj, "tolerates_misses", tolerates_misses)
+
+
+class _Bounds:
+    """A bound per declared gate kind, stored in table order and read as attributes (``gates.mean``)."""
+
+    bounds: tuple[tuple[str, Any], ...]
+    """(kind key, bound) of the declared gates, in table order."""
+    tolerates_misses: bool
+    """Whether a threshold miss is left to an aggregate gate (one judged on passes, ``pass_rate``, is declared)."""
+
+    def __getattr__(self, name: str) -> Any:  # reached only for names that are no instance attribute
+        raise AttributeError(f"{type(self).__name__} has no attribute or gate kind {name!r}")
+
+    def declared(self) -> Iterator[tuple[GateKind, Any]]:
+        """Each declared gate's kind and bound, in table order."""
+        for key, bound in self.bounds:
+            yield gate_kind(key), bound
+
+    def levels(self) -> set[float]:
+        """The quantile levels its gates bound."""
+        return {q for kind, bound in self.declared() if kind.levels for q, _ in bound}
+
+    def intervals(self) -> set[str]:
+        """The interval methods its gates are judged on when ``confidence=`` is set."""
+        return {kind.interval for kind, _ in self.declared() if kind.interval}
 
     @property
     def has_aggregate(self) -> bool:
-        return self.mean is not None or self.pass_rate is not None or bool(self.quantile)
+        return any(kind.aggregate for kind, _ in self.declared())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            kind.key: {str(q): b for q, b in bound} if kind.levels else bound
+            for kind, bound in self.declared()
+        }
+
+
+@dataclass(frozen=True, init=False)
+class MetricGates(_Bounds):
+    """The gates on one named metric (the per-metric kinds)."""
+
+    bounds: tuple[tuple[str, Any], ...] = ()
+
+    def __init__(self, **bounds: Any) -> None:
+        _set_bounds(self, bounds, _kinds(per_metric=True), "metrics")
+
+
+@dataclass(frozen=True, init=False)
+class Gates(_Bounds):
+    """The gates of one reward function (marker over command line over ini): a bound per declared gate kind
+    (read as ``gates.threshold``, ``gates.mean``...), the confidence they are judged at, and per-metric gates."""
+
+    bounds: tuple[tuple[str, Any], ...] = ()
+    confidence: float | None = None
+    metrics: tuple[tuple[str, MetricGates], ...] = ()
+    sources: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+    """Where each key's value came from (``"marker"``, an option, an ini key)."""
+
+    def __init__(
+        self,
+        *,
+        confidence: float | None = None,
+        metrics: tuple[tuple[str, MetricGates], ...] = (),
+        sources: tuple[tuple[str, str], ...] = (),
+        **bounds: Any,
+    ) -> None:
+        _set_bounds(self, bounds, GATE_KINDS, "Gates")
+        object.__setattr__(self, "confidence", confidence)
+        object.__setattr__(self, "metrics", tuple(metrics))
+        object.__setattr__(self, "sources", tuple(sources))
+
+    @property
+    def metric_map(self) -> dict[str, MetricGates]:
+        return dict(self.metrics)
+
+    def source(self, key: str) -> str:
+        return dict(self.sources).get(key, "default")
+
+    @property
+    def has_aggregate(self) -> bool:
+        return super().has_aggregate or any(m.has_aggregate for _, m in self.metrics)
+
+    def merged(self, values: Mapping[str, Any], source: str) -> Gates:
+        """These gates with ``values`` (validated gate keys) laid over them, key by key."""
+        if not values:
+            return self
+        sources = dict(self.sources)
+        sources.update({k: source for k in values})
+        settings = {"confidence": self.confidence, "metrics": self.metrics, **dict(self.bounds), **values}
+        return Gates(**settings, sources=tuple(sources.items()))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The gates as marker keywords (how they travel to xdist workers and the controller)."""
+        out = super().to_dict()
+        if self.confidence is not None:
+            out["confidence"] = self.confidence
+        if self.metrics:
+            out["metrics"] = {name: m.to_dict() for name, m in self.metrics}
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str) -> Gates:
+        """:meth:`to_dict`'s output, checked again as a marker's gates."""
+        _check_keys(data, _gate_keys(), where, "gate key")
+        return cls().merged(validate_marker((), data, where), where)
 
 
 @dataclass(frozen=True)
-class Gates:
-    """Resolved settings of one reward function (marker over CLI over ini)."""
+class Marker:
+    """A reward function's ``reward`` marker, resolved (marker over command line over ini): its gates and its own
+    settings."""
 
-    threshold: float | None = None
-    mean: float | None = None
-    max_mean: float | None = None
-    """Upper bound on the mean, for lower-is-better scores (perplexity)."""
-    pass_rate: float | None = None
-    quantile: tuple[tuple[float, float], ...] = ()
-    confidence: float | None = None
-    metrics: tuple[tuple[str, MetricGates], ...] = ()
+    gates: Gates = field(default_factory=Gates)
     samples: tuple[str, ...] = ()
     rollout: tuple[tuple[str, Any], ...] = ()
     timeout: float | None = None
@@ -80,53 +370,19 @@ class Gates:
     """Reward-hacking probes to run: (name, rule text or None for the probe's own rule), in declared order."""
     sample_fields: tuple[tuple[str, str], ...] | None = None
     """The marker's field mapping for dataset samples files, (target, dotted column path); None: the ini's."""
-    sources: tuple[tuple[str, str], ...] = field(default=(), compare=False)
-
-    @property
-    def metric_map(self) -> dict[str, MetricGates]:
-        return dict(self.metrics)
 
     @property
     def rollout_map(self) -> dict[str, Any]:
         return dict(self.rollout)
 
-    def source(self, key: str) -> str:
-        return dict(self.sources).get(key, "default")
-
-    @property
-    def has_aggregate(self) -> bool:
-        return (
-            self.mean is not None
-            or self.max_mean is not None
-            or self.pass_rate is not None
-            or bool(self.quantile)
-            or any(m.has_aggregate for _, m in self.metrics)
-        )
-
-    def merged(self, values: Mapping[str, Any], source: str) -> Gates:
-        """These gates with ``values`` (already validated) laid over them, key by key."""
-        if not values:
-            return self
-        sources = dict(self.sources)
-        sources.update({k: source for k in values})
-        return replace(self, **dict(values), sources=tuple(sources.items()))
+    def merged(self, values: Mapping[str, Any], source: str) -> Marker:
+        """This marker with ``values`` (from :func:`validate_marker`) laid over it, key by key."""
+        own = {key: value for key, value in values.items() if key in dict(SETTINGS_HELP)}
+        gates = {key: value for key, value in values.items() if key not in own}
+        return replace(self, gates=self.gates.merged(gates, source), **own)
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key in ("threshold", "mean", "max_mean", "pass_rate", "confidence"):
-            if getattr(self, key) is not None:
-                out[key] = getattr(self, key)
-        if self.quantile:
-            out["quantile"] = {str(q): b for q, b in self.quantile}
-        if self.metrics:
-            out["metrics"] = {
-                name: {
-                    k: (dict((str(q), b) for q, b in v) if k == "quantile" else v)
-                    for k in METRIC_KEYS
-                    if (v := getattr(m, k)) not in (None, ())
-                }
-                for name, m in self.metrics
-            }
+        out = self.gates.to_dict()
         if self.samples:
             out["samples"] = list(self.samples)
         if self.rollout:
@@ -194,15 +450,14 @@ def _metric_gates(name: str, spec: Any, where: str) -> MetricGates:
     mwhere = f"{where} metrics[{name!r}]"
     if not isinstance(spec, Mapping):
         raise _fail(mwhere, f"must be a dict of bounds like {{'mean': 0.6}}, got {spec!r}")
-    _check_keys(spec, METRIC_KEYS, mwhere, "key")
+    kinds = _kinds(per_metric=True)
+    _check_keys(spec, tuple(kind.key for kind in kinds), mwhere, "key")
     gates = MetricGates(
-        threshold=_number(spec["threshold"], "threshold", mwhere) if "threshold" in spec else None,
-        mean=_number(spec["mean"], "mean", mwhere) if "mean" in spec else None,
-        pass_rate=_unit(spec["pass_rate"], "pass_rate", mwhere) if "pass_rate" in spec else None,
-        quantile=_quantiles(spec["quantile"], "quantile", mwhere) if "quantile" in spec else (),
+        **{kind.key: kind.parse(spec[kind.key], mwhere) for kind in kinds if kind.key in spec}
     )
-    if gates.pass_rate is not None and gates.threshold is None:
-        raise _fail(mwhere, "pass_rate needs a threshold for this metric (what counts as a pass)")
+    for kind, _ in gates.declared():
+        if kind.on_passes and gates.threshold is None:
+            raise _fail(mwhere, f"{kind.key} needs a threshold for this metric (what counts as a pass)")
     return gates
 
 
@@ -293,20 +548,18 @@ def _sample_fields(value: Any, where: str) -> tuple[tuple[str, str], ...]:
 
 
 def validate_marker(args: tuple[Any, ...], kwargs: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """Validate the arguments of one ``reward`` marker (or a defaults mapping); returns ``Gates`` field values."""
+    """Validate the arguments of one ``reward`` marker (or a defaults mapping); returns the values by key, for
+    :meth:`Marker.merged` (or, gate keys only, :meth:`Gates.merged`)."""
     if args:
         raise _fail(where, f"takes keyword arguments only, got positional {args!r}")
-    _check_keys(kwargs, MARKER_KEYS, where, "key")
+    _check_keys(kwargs, _marker_keys(), where, "key")
+    kinds = {kind.key: kind for kind in GATE_KINDS}
     out: dict[str, Any] = {}
     for key, value in kwargs.items():
-        if key in ("threshold", "mean", "max_mean"):
-            out[key] = _number(value, key, where)
-        elif key == "pass_rate":
-            out[key] = _unit(value, key, where)
+        if key in kinds:
+            out[key] = kinds[key].parse(value, where)
         elif key == "confidence":
             out[key] = _unit(value, key, where, open_interval=True)
-        elif key == "quantile":
-            out[key] = _quantiles(value, key, where)
         elif key == "metrics":
             if not isinstance(value, Mapping):
                 raise _fail(where, f"metrics must be a dict {{name: {{bounds}}}}, got {value!r}")

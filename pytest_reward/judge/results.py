@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
-from .gates import Gates, MetricGates
+from .gates import GateKind, Gates, MetricGates, gate_kind
 
 if TYPE_CHECKING:
     from ..data.samples import Expect
@@ -273,7 +273,7 @@ def judge(
     if score is not None:
         if gates.threshold is not None and score < gates.threshold:
             msg = f"score {score:.4g} < threshold {gates.threshold:g}"
-            (below if gates.pass_rate is not None else failures).append(msg)
+            (below if gates.tolerates_misses else failures).append(msg)
         if expect is not None and expect.score is not None:
             problem = expect.score.check(score)
             if problem:
@@ -286,7 +286,7 @@ def judge(
             continue
         if mg.threshold is not None and value["score"] < mg.threshold:
             msg = f"metric {name!r} {value['score']:.4g} < threshold {mg.threshold:g}"
-            (below if mg.pass_rate is not None else failures).append(msg)
+            (below if mg.tolerates_misses else failures).append(msg)
     if expect is not None:
         for name, bound in expect.metrics:
             value = metrics.get(name)
@@ -317,10 +317,10 @@ class GateResult:
     evaluated: bool = True
     note: str = ""
     upper: bool = False
-    """True for an upper bound (``max_mean``): the value must stay at or below ``bound``."""
+    """True for an upper bound (a kind ``AT_MOST``): the value must stay at or below ``bound``."""
 
     def describe(self) -> str:
-        name = "mean" if self.gate == "max_mean" else self.gate
+        name = _label(self.gate)
         what = name if self.target == "score" else f"{self.target} {name}"
         want = "≤" if self.upper else "≥"
         if not self.evaluated:
@@ -505,15 +505,15 @@ class GroupAccumulator:
         values = np.concatenate([valid, np.full(self.n_errors, fill)]) if self.n_errors else valid
         # Sorted, so that seeded intervals do not depend on the order results arrived in (xdist).
         values = np.sort(values)
-        qs = sorted({0.1, *(q for q, _ in gates.quantile)})
+        qs = sorted({0.1, *gates.levels()})
         quantiles = {f"{q:g}": float(v) for q, v in zip(qs, np.quantile(values, qs), strict=True)}
 
         def ci(vals: Any, level: float) -> dict[str, Any]:
             return _interval_dict(bootstrap_mean_ci(vals, level, n_resamples=n_resamples, seed=seed))
 
-        # The table's 95 % interval and the gate's interval come from the same resamples.
-        gated_mean = gates.mean is not None or gates.max_mean is not None
-        levels = (0.95, conf) if (conf and gated_mean) else (0.95,)
+        # The table's 95 % interval and the gates' interval come from the same resamples.
+        intervals = gates.intervals() if conf else set()
+        levels = (0.95, conf) if "bootstrap" in intervals else (0.95,)
         score_cis = [
             _interval_dict(i) for i in bootstrap_mean_cis(values, levels, n_resamples=n_resamples, seed=seed)
         ]
@@ -528,7 +528,8 @@ class GroupAccumulator:
             if mv.size == 0:
                 continue
             mg = gates.metric_map.get(name, MetricGates())
-            mqs = sorted(q for q, _ in mg.quantile)
+            mqs = sorted(mg.levels())
+            m_intervals = mg.intervals() if conf else set()
             n_ok = self.metric_pass.get(name, 0)
             metrics[name] = MetricSummary(
                 n=int(mv.size),
@@ -538,9 +539,9 @@ class GroupAccumulator:
                 quantiles={f"{q:g}": float(v) for q, v in zip(mqs, np.quantile(mv, mqs), strict=True)}
                 if mqs
                 else {},
-                mean_ci=ci(mv, conf) if (conf and mg.mean is not None) else None,
+                mean_ci=ci(mv, conf) if "bootstrap" in m_intervals else None,
                 pass_ci=_interval_dict(wilson_interval(n_ok, int(mv.size), conf))
-                if (conf and mg.pass_rate is not None)
+                if "wilson" in m_intervals
                 else None,
             )
         return Summary(
@@ -554,7 +555,7 @@ class GroupAccumulator:
             quantiles=quantiles,
             gate_mean_ci=score_cis[1] if len(score_cis) > 1 else None,
             gate_pass_ci=_interval_dict(wilson_interval(self.n_pass, self.n, conf))
-            if (conf and gates.pass_rate is not None)
+            if "wilson" in intervals
             else None,
             metrics=metrics,
             histogram=histogram(valid, self.n_errors),
@@ -589,92 +590,72 @@ def _interval_dict(interval: Interval) -> dict[str, Any]:
     return interval.to_dict()
 
 
-def _gate(
-    target: str,
-    gate: str,
-    bound: float,
-    value: float | None,
-    interval: dict[str, Any] | None,
-    *,
-    upper: bool = False,
+_INTERVAL_FIELDS = {"bootstrap": ("gate_mean_ci", "mean_ci"), "wilson": ("gate_pass_ci", "pass_ci")}
+"""Where a summary keeps each interval method's interval at the gates' confidence: (``Summary`` field,
+``MetricSummary`` field)."""
+
+
+def _label(gate: str) -> str:
+    """What a report calls the statistic the gate ``gate`` bounds (``mean`` for ``max_mean``); the gate's own name
+    when no kind of the table has it (a stored run's)."""
+    try:
+        kind = gate_kind(gate)
+    except KeyError:
+        return gate
+    return kind.label(float(gate.partition("(")[2].rstrip(")"))) if kind.levels else kind.label()
+
+
+def _declared(gates: Gates) -> list[tuple[str | None, GateKind, str, float | None, float]]:
+    """Every aggregate gate of ``gates``: (metric name or None for the score, kind, gate name, level, bound), the
+    score's first, each in table order."""
+    out = []
+    for metric, bounds in ((None, gates), *gates.metrics):
+        for kind, bound in bounds.declared():
+            if kind.aggregate:
+                out.extend((metric, kind, name, level, b) for name, level, b in kind.gates(bound))
+    return out
+
+
+def _target(metric: str | None) -> str:
+    return "score" if metric is None else f"metric {metric!r}"
+
+
+def _judged(
+    target: str, kind: GateKind, name: str, bound: float, value: float | None, interval: dict[str, Any] | None
 ) -> GateResult:
+    """The gate ``name`` of ``kind`` judged on ``value`` (the edge of ``interval`` on the gate's side, when given)."""
+    upper = kind.upper
     if value is None:
-        return GateResult(target, gate, bound, passed=False, note="no samples scored", upper=upper)
+        return GateResult(target, name, bound, passed=False, note="no samples scored", upper=upper)
     if upper:
         compared = interval["high"] if interval is not None else value
         return GateResult(
-            target, gate, bound, value, compared, interval, passed=compared <= bound, upper=True
+            target, name, bound, value, compared, interval, passed=compared <= bound, upper=True
         )
     compared = interval["low"] if interval is not None else value
-    return GateResult(target, gate, bound, value, compared, interval, passed=compared >= bound)
+    return GateResult(target, name, bound, value, compared, interval, passed=compared >= bound)
 
 
 def evaluate_gates(summary: Summary, gates: Gates) -> list[GateResult]:
     """Evaluate every aggregate gate of ``gates`` on ``summary``."""
-    results: list[GateResult] = []
+    declared = _declared(gates)
     if not summary.complete:
         note = f"partial run ({summary.n} of {summary.expected} samples ran)"
-        for target, gate, bound in _declared(gates):
-            results.append(
-                GateResult(
-                    target, gate, bound, passed=True, evaluated=False, note=note, upper=gate == "max_mean"
-                )
-            )
-        return results
+        return [
+            GateResult(_target(m), name, b, passed=True, evaluated=False, note=note, upper=kind.upper)
+            for m, kind, name, _, b in declared
+        ]
     if summary.n == 0:
-        for target, gate, bound in _declared(gates):
-            results.append(
-                GateResult(target, gate, bound, passed=False, note="no samples", upper=gate == "max_mean")
-            )
-        return results
-    if gates.mean is not None:
-        results.append(_gate("score", "mean", gates.mean, summary.mean, summary.gate_mean_ci))
-    if gates.max_mean is not None:
-        results.append(
-            _gate("score", "max_mean", gates.max_mean, summary.mean, summary.gate_mean_ci, upper=True)
-        )
-    if gates.pass_rate is not None:
-        results.append(_gate("score", "pass_rate", gates.pass_rate, summary.pass_rate, summary.gate_pass_ci))
-    for q, bound in gates.quantile:
-        results.append(_gate("score", f"quantile({q:g})", bound, summary.quantiles.get(f"{q:g}"), None))
-    for name, mg in gates.metrics:
-        ms = summary.metrics.get(name)
-        target = f"metric {name!r}"
-        if mg.mean is not None:
-            results.append(
-                _gate(target, "mean", mg.mean, ms.mean if ms else None, ms.mean_ci if ms else None)
-            )
-        if mg.pass_rate is not None:
-            results.append(
-                _gate(
-                    target,
-                    "pass_rate",
-                    mg.pass_rate,
-                    ms.pass_rate if ms else None,
-                    ms.pass_ci if ms else None,
-                )
-            )
-        for q, bound in mg.quantile:
-            results.append(
-                _gate(target, f"quantile({q:g})", bound, ms.quantiles.get(f"{q:g}") if ms else None, None)
-            )
+        return [
+            GateResult(_target(m), name, b, passed=False, note="no samples", upper=kind.upper)
+            for m, kind, name, _, b in declared
+        ]
+    results: list[GateResult] = []
+    for metric, kind, name, level, bound in declared:
+        stats: Summary | MetricSummary | None = summary if metric is None else summary.metrics.get(metric)
+        value = kind.measured(stats, level) if stats is not None else None
+        interval = None
+        if kind.interval is not None and stats is not None:
+            interval = getattr(stats, _INTERVAL_FIELDS[kind.interval][metric is not None])
+        results.append(_judged(_target(metric), kind, name, bound, value, interval))
     return results
-
-
-def _declared(gates: Gates) -> list[tuple[str, str, float]]:
-    out: list[tuple[str, str, float]] = []
-    if gates.mean is not None:
-        out.append(("score", "mean", gates.mean))
-    if gates.max_mean is not None:
-        out.append(("score", "max_mean", gates.max_mean))
-    if gates.pass_rate is not None:
-        out.append(("score", "pass_rate", gates.pass_rate))
-    out.extend(("score", f"quantile({q:g})", b) for q, b in gates.quantile)
-    for name, mg in gates.metrics:
-        target = f"metric {name!r}"
-        if mg.mean is not None:
-            out.append((target, "mean", mg.mean))
-        if mg.pass_rate is not None:
-            out.append((target, "pass_rate", mg.pass_rate))
-        out.extend((target, f"quantile({q:g})", b) for q, b in mg.quantile)
-    return out

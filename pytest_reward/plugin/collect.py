@@ -15,7 +15,7 @@ import pytest
 
 from ..data.samples import Sample, SampleError
 from ..data.sources import DatasetError, check_dataset, count_samples, fields_key, read_samples, uses_fields
-from ..judge.gates import GateError, validate_marker
+from ..judge.gates import GateError, Marker, validate_marker
 from ..project.functions import marks_of
 from ..project.loading import import_reward_module
 from ..scoring.invoker import Invoker
@@ -100,7 +100,7 @@ class SamplesFile(pytest.File):
             return [({}, functions)]
         groups: dict[str, tuple[dict[str, str], list[RewardFn]]] = {}
         for fn in functions:
-            fields = rs.settings.fields_for(fn.gates)
+            fields = rs.settings.fields_for(fn.marker)
             groups.setdefault(fields_key(fields), (fields, []))[1].append(fn)
         return list(groups.values())
 
@@ -108,16 +108,16 @@ class SamplesFile(pytest.File):
         self, rs: RewardSession, fn: RewardFn, label: str, samples: list[Sample] | None = None
     ) -> ProbeTarget:
         target = ProbeTarget(fn, label, self.path, rs, samples)
-        if samples is None and fn.gates.sample_fields is not None:
+        if samples is None and fn.marker.sample_fields is not None:
             # file granularity: the probe target streams the file with the settings' mapping; this function's is
             # its marker's
-            target.settings = replace(rs.settings, sample_fields=fn.gates.sample_fields)
+            target.settings = replace(rs.settings, sample_fields=fn.marker.sample_fields)
         return target
 
     def _probed(self, rs: RewardSession, functions: list[RewardFn]) -> list[tuple[RewardFn, list[Any]]]:
         """The functions whose marker declares probes, and their probes (an unknown name is a collection error
         naming the function)."""
-        declared = [fn for fn in functions if fn.gates.probes]
+        declared = [fn for fn in functions if fn.marker.probes]
         if not declared:
             return []
         registry = session_probes(self.config)
@@ -125,7 +125,7 @@ class SamplesFile(pytest.File):
         for fn in declared:
             where = f"@pytest.mark.reward on {rs.rel(fn.path)}::{fn.qualname}"
             try:
-                out.append((fn, registry.resolve(fn.gates.probes, where)))
+                out.append((fn, registry.resolve(fn.marker.probes, where)))
             except GateError as exc:
                 raise self.CollectError(str(exc)) from None
         return out
@@ -147,7 +147,7 @@ class SamplesFile(pytest.File):
         settings = rs.settings
         default = fields_key(dict(settings.sample_fields))
         pool_keys = {
-            fn.name: _pool_key(label, fields_key(settings.fields_for(fn.gates)), default)
+            fn.name: _pool_key(label, fields_key(settings.fields_for(fn.marker)), default)
             if uses_fields(self.path)
             else label
             for fn in functions
@@ -302,12 +302,12 @@ class EvaluationsModule(pytest.File):
 def evaluation_item(collector: pytest.Collector, name: str, cls: type) -> EvaluationItem:
     """The item of an ``Evaluation`` subclass found in a test module; its ``reward`` marks are its gates."""
     rs = collector.config.stash[session_key]
-    gates = rs.settings.defaults
+    marker = Marker(gates=rs.settings.defaults)
     where = f"@pytest.mark.reward on {rs.rel(collector.path)}::{name}"
     for mark in marks_of(getattr(collector, "obj", None)) + marks_of(cls):
         if mark.name == "reward":
             try:
-                gates = gates.merged(validate_marker(tuple(mark.args), dict(mark.kwargs), where), "marker")
+                marker = marker.merged(validate_marker(tuple(mark.args), dict(mark.kwargs), where), "marker")
             except GateError as exc:
                 raise collector.CollectError(str(exc)) from None
     return EvaluationItem.from_parent(
@@ -316,7 +316,7 @@ def evaluation_item(collector: pytest.Collector, name: str, cls: type) -> Evalua
         callobj=uses_model,
         evaluation=cls,
         file_label=rs.rel(collector.path),
-        gates=gates,
+        gates=marker.gates,
     )
 
 

@@ -34,7 +34,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DiscoveryError
-from ..judge.gates import GateError, Gates, validate_marker
+from ..judge.gates import GateError, Gates, Marker, validate_marker
 from ..project.functions import Registry, RewardFn, functions_in, marks_of
 from ..project.loading import import_reward_module, walk_files
 from ..reward.spec import is_reward_function
@@ -196,7 +196,7 @@ def _make_entry(obj: Any, module: ModuleType | None, opts: DiscoveryOptions, att
             coerce_rollouts=False,
         )
         error = str(exc)
-    gates = opts.defaults
+    marker = Marker(gates=opts.defaults)
     other_marks = []
     where = f"@pytest.mark.reward on {_relative(path, opts.rootdir)}::{qualname}"
     reward_marks = []
@@ -207,12 +207,12 @@ def _make_entry(obj: Any, module: ModuleType | None, opts: DiscoveryOptions, att
             other_marks.append(mark)
     for mark in reward_marks:
         try:
-            gates = gates.merged(validate_marker(tuple(mark.args), dict(mark.kwargs), where), "marker")
+            marker = marker.merged(validate_marker(tuple(mark.args), dict(mark.kwargs), where), "marker")
         except GateError as exc:
             error = str(exc)
     bound: tuple[Path, ...] = ()
-    if error is None and gates.samples:
-        bound, problem = _resolve_bound(gates.samples, path, opts.rootdir)
+    if error is None and marker.samples:
+        bound, problem = _resolve_bound(marker.samples, path, opts.rootdir)
         if problem:
             error = f"{where}: {problem}"
     return RewardFn(
@@ -223,7 +223,7 @@ def _make_entry(obj: Any, module: ModuleType | None, opts: DiscoveryOptions, att
         module=getattr(module, "__name__", "?"),
         path=path,
         lineno=lineno,
-        gates=gates,
+        marker=marker,
         marks=other_marks,
         bound_files=bound,
         error=error,

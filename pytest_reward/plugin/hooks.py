@@ -11,26 +11,13 @@ import pytest
 
 from ..data.formats import is_samples_file
 from ..errors import UsageError
+from ..judge.gates import marker_doc
 from . import options
 from .fixtures import inference_job  # noqa: F401  (a fixture: pytest finds it on the plugin module)
 from .session import MODEL_MISSING, REWARD_DATA, RewardSession, session_key
 
 if TYPE_CHECKING:
     from .controller import RunController
-
-MARKER_DOC = (
-    "reward(threshold=None, mean=None, pass_rate=None, quantile=None, confidence=None, metrics=None, "
-    "samples=None, rollout=None, timeout=None, probes=None, sample_fields=None): thresholds and samples of a "
-    "reward function. "
-    "threshold: "
-    "per-sample pass score; "
-    "mean / pass_rate / quantile={q: bound}: aggregate gates per function x samples file; confidence: gate on "
-    "the lower bound of a bootstrap (mean) / Wilson (rate) interval; metrics={name: {...}}: the same per metric; "
-    "samples: JSONL file(s) for this function; timeout: seconds one call may take; probes: reward-hacking probes "
-    "('default', a list of names, or {probe: rule}); sample_fields={target: 'column.field'}: which column of a "
-    "Parquet / Arrow file is what for this function (instead of ini reward_sample_fields)."
-)
-
 
 def _state(config: pytest.Config) -> RewardSession | None:
     return config.stash.get(session_key, None)
@@ -54,7 +41,7 @@ def pytest_reward_deploy(bundle: Any, target: str, config: pytest.Config) -> Any
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", MARKER_DOC)
+    config.addinivalue_line("markers", marker_doc())
     settings = options.resolve(config)
     rs = RewardSession(config, settings)
     rs.note_explicit(list(config.args))

@@ -436,7 +436,7 @@ class _FileRun:
             self.path,
             max_line_bytes=settings.max_line_bytes,
             keys=keys,
-            fields=settings.fields_for(self.fn.gates),
+            fields=settings.fields_for(self.fn.marker),
         )
         for record in records:
             if record.__class__ is Sample and record.id is None:
@@ -771,7 +771,7 @@ class ModelFileItem(_FileRun, _ModelItem):
         return self._request.getfixturevalue("inference_job")
 
     def rollout_settings(self) -> Any:
-        return self.rs.rollout_settings(self.fn.gates.rollout_map)
+        return self.rs.rollout_settings(self.fn.marker.rollout_map)
 
 
 class RolloutSampleItem(_OneSample, _ModelItem):
@@ -797,7 +797,7 @@ class RolloutSampleItem(_OneSample, _ModelItem):
 
         rs = self.config.stash[session_key]
         job = self.funcargs["inference_job"]
-        settings = rs.rollout_settings(self.fn.gates.rollout_map)
+        settings = rs.rollout_settings(self.fn.marker.rollout_map)
         sample = self.sample
         start = time.perf_counter()
         pool = rs.rollouts

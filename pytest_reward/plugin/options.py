@@ -23,7 +23,7 @@ import pytest
 from ..data.formats import directory_files, is_samples_file
 from ..data.samples import not_a_regular_file
 from ..data.sources import check_dataset, parse_fields
-from ..judge.gates import GateError, Gates, parse_quantile_text, validate_marker
+from ..judge.gates import GateError, Gates, Marker, parse_quantile_text, validate_marker
 
 __all__ = ["OPTIONS", "Option", "Settings", "register", "resolve"]
 
@@ -743,10 +743,10 @@ class Settings:
         check=_or_default,
     )
 
-    def fields_for(self, gates: Gates) -> dict[str, str]:
+    def fields_for(self, marker: Marker) -> dict[str, str]:
         """The field mapping a function reads dataset files with: its marker's ``sample_fields`` when it has one
         (the marker wins for that function), else ini ``reward_sample_fields``."""
-        return dict(self.sample_fields if gates.sample_fields is None else gates.sample_fields)
+        return dict(self.sample_fields if marker.sample_fields is None else marker.sample_fields)
 
     @property
     def deploy(self) -> bool:

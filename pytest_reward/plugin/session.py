@@ -120,7 +120,7 @@ class RewardSession:
             self.executor.preload(self.registry.usable(), config.rootpath)
         if light:
             self.registry.import_errors.clear()  # not asked for: never break an unrelated run
-            self.bound_only = any(fn.gates.samples for fn in self.registry.functions)
+            self.bound_only = any(fn.is_bound for fn in self.registry.functions)
         return self.registry
 
     def check_found(self) -> None:

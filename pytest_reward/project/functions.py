@@ -10,7 +10,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from ..judge.gates import Gates
+from ..judge.gates import Gates, Marker
 from ..reward.spec import is_reward_function
 from .loading import is_within
 
@@ -31,7 +31,8 @@ class RewardFn:
     module: str
     path: Path
     lineno: int
-    gates: Gates = field(default_factory=Gates)
+    marker: Marker = field(default_factory=Marker)
+    """Its ``reward`` marker resolved: the gates and the function's own settings."""
     marks: list[Any] = field(default_factory=list)
     bound_files: tuple[Path, ...] = ()
     error: str | None = None
@@ -44,8 +45,13 @@ class RewardFn:
         return f"{self.path}::{self.qualname}"
 
     @property
+    def gates(self) -> Gates:
+        return self.marker.gates
+
+    @property
     def is_bound(self) -> bool:
-        return bool(self.gates.samples)
+        """Whether its marker names its samples files."""
+        return bool(self.marker.samples)
 
 
 @dataclass

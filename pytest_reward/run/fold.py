@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..judge.gates import Gates, validate_marker
+from ..judge.gates import Gates
 from ..judge.results import GroupAccumulator, SampleOutcome, Summary, evaluate_gates
 from ..judge.wire import outcome_from_wire
 from .result import GroupResult, ProbeResult
@@ -71,9 +71,7 @@ class Aggregator:
         if data.get("gates") is not None and groups:
             name = groups[0]["function"]
             if name not in self._reported_gates:
-                self._reported_gates[name] = Gates().merged(
-                    validate_marker((), data["gates"], "marker"), "marker"
-                )
+                self._reported_gates[name] = Gates.from_dict(data["gates"], f"the gates {name} reported")
         crash = data.get("crash")
         if crash:
             for group in groups:

@@ -118,7 +118,7 @@ class Invoker:
         """A recorded score (a rollout dump's) must be met within this (None: not checked)."""
         self.file_label = file_label
         self.runs = runs
-        self.timeout = fn.gates.timeout if fn.gates.timeout is not None else timeout
+        self.timeout = fn.marker.timeout if fn.marker.timeout is not None else timeout
         """Seconds one call may take (None: no limit): a longer call fails its sample with ``RewardTimeout``."""
         self.light = False
         """File granularity: leave key and excerpt empty (filled by ``complete`` for outcomes that are kept)."""
@@ -438,7 +438,7 @@ class Invoker:
             # from the messages and hands them to nothing, so they need no copy; what it passes on (the ground
             # truth, the fields) is copied as for every call, and checked after it
             kwargs_of = reward.kwargs_owned
-        threshold, tolerated = gates.threshold, gates.pass_rate is not None
+        threshold, tolerated = gates.threshold, gates.tolerates_misses
 
         def one(sample: Sample) -> SampleOutcome | Passed:
             if sample.expect is not None or (replay is not None and sample.recorded is not None):

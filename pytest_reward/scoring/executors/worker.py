@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...data.samples import Sample
 from ...errors import RewardError
+from ...judge.gates import Gates, Marker
 from ...judge.wire import outcome_to_wire
 from ...project.functions import RewardFn
 from ...project.loading import import_reward_module
@@ -31,7 +32,6 @@ from ..invoker import Invoker
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
 
-    from ...judge.gates import Gates
 
 __all__ = [
     "FunctionRef",
@@ -238,7 +238,7 @@ def load(ref: FunctionRef) -> Invoker:
             module=ref.module,
             path=Path(ref.module_file or ref.module),
             lineno=0,
-            gates=ref.gates,
+            marker=Marker(gates=ref.gates),
             attr=ref.attr,
         )
         invoker = Invoker(

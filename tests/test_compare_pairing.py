@@ -1,4 +1,4 @@
-"""How a comparison pairs samples (issue 13, point 1): samples without ``id`` by what was asked, not by the answer;
+"""How a comparison pairs samples: samples without ``id`` by what was asked, not by the answer;
 rules on the whole group as well as on the paired samples; tolerances that a drop equal to them passes."""
 
 from __future__ import annotations

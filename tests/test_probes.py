@@ -1,4 +1,4 @@
-"""Reward-hacking probes (issue 18): real sessions through pytester, and the mutations and rules on their own."""
+"""Reward-hacking probes: real sessions through pytester, and the mutations and rules on their own."""
 
 from __future__ import annotations
 

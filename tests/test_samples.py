@@ -299,7 +299,7 @@ def test_messages_are_accepted_exactly_when_every_one_is_valid(tmp_path, message
         assert out.message.startswith(f"messages[{bad[0]}]"), (out.message, messages)
 
 
-# --- a bad line costs that line, never the file (issue 13, point 5) -------------------------------------------------
+# --- a bad line costs that line, never the file --------------------------------------------------------------------
 
 PREFIX = '{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}], "x": '
 

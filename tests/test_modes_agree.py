@@ -1,5 +1,5 @@
 """Every way of running a project gives the same results: sample or file items, scoring in threads, in worker
-processes or on Ray, under pytest-xdist, with probes or without. One reference project, run once per mode; its
+processes or on Ray, under a per-call timeout, under pytest-xdist, with probes or without. One reference project, run once per mode; its
 verdicts, pytest outcomes, summary numbers, report rows, stored run and the terminal's table and gate lines must
 be those of the reference run, less what legitimately differs: times, durations, the command line. Sample items
 and file items also differ in pytest's outcomes (an item per sample or per file), in whether the sample count is
@@ -93,6 +93,8 @@ MODES = [
     pytest.param(["--reward-granularity", "sample"], id="sample"),
     pytest.param(["--reward-granularity", "file"], id="file"),
     pytest.param(["--reward-granularity", "file", "--reward-workers", "3"], id="file-threads"),
+    # a per-call timeout: calls and probes run under a watchdog
+    pytest.param(["--reward-granularity", "sample", "--reward-timeout", "60"], id="sample-timeout"),
     pytest.param(
         ["--reward-granularity", "file", "--reward-executor", "process", "--reward-workers", "2"],
         id="process",

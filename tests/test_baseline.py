@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 
 import pytest
@@ -13,7 +14,6 @@ from pytest_reward.cli import main as cli_main
 from pytest_reward.errors import BaselineError
 from pytest_reward.run.baseline import (
     Storage,
-    _sample_json,
     compare_runs,
     dumps_run,
     evaluate_rules,
@@ -292,17 +292,39 @@ def test_dumps_run_round_trips():
     assert json.loads(dumps_run(data)) == data
 
 
-@given(
-    st.fixed_dictionaries(
-        {
-            "id": st.text(),
-            "line": st.integers(1, 10**9),
-            "score": st.none() | st.floats(allow_nan=False, allow_infinity=False),
-            "verdict": st.sampled_from(["pass", "below", "fail"]),
-            "response": st.none() | st.text(),
-        }
-    )
+_usual_entry = st.fixed_dictionaries(
+    {
+        "id": st.text(),
+        "line": st.integers(1, 10**9),
+        "score": st.none() | st.floats(allow_nan=False, allow_infinity=False),
+        "verdict": st.sampled_from(["pass", "below", "fail"]),
+        "response": st.none() | st.text(),
+    }
 )
-def test_fast_sample_encoding_is_plain_json(entry):
-    assert _sample_json(entry) == json.dumps(entry, sort_keys=True, ensure_ascii=False)
-    assert json.loads(_sample_json(entry)) == entry
+# entries off the usual shape: a non-finite or integer score, a missing or an extra field, other types
+_other_entry = st.fixed_dictionaries(
+    {
+        "id": st.text() | st.integers(),
+        "line": st.integers(1, 10**9) | st.none(),
+        "score": st.sampled_from([float("inf"), float("-inf"), 1, True]) | st.floats(),
+        "verdict": st.text(max_size=4),
+    },
+    optional={"response": st.text() | st.integers(), "extra": st.text()},
+)
+
+
+@given(st.dictionaries(st.text(), _usual_entry | _other_entry, max_size=4))
+def test_a_stored_run_writes_each_sample_as_plain_json_on_its_line(samples):
+    """Every sample entry of a stored run is the entry as ``json.dumps`` writes it (sorted keys, one line), under
+    its key, whatever its shape, and the whole text reads back as the record."""
+    data = {"format": "pytest-reward-run", "groups": [{"function": "f", "samples": samples}]}
+    text = dumps_run(data)
+    lines = [line.strip(" ").rstrip(",") for line in text.split("\n")]  # keys may hold other line breaks
+    for key, entry in samples.items():
+        dumped = (
+            f"{json.dumps(key, ensure_ascii=False)}: {json.dumps(entry, sort_keys=True, ensure_ascii=False)}"
+        )
+        assert dumped in lines
+    finite = all(not isinstance(e["score"], float) or math.isfinite(e["score"]) for e in samples.values())
+    if finite:  # NaN is not equal to itself: the round trip is checked where it can be
+        assert json.loads(text) == data

@@ -1,4 +1,4 @@
-"""bench/bench_gpu.py (issue 19, part 3) runs only when a session is lent a GPU; its ``--smoke`` mode runs the same
+"""bench/bench_gpu.py runs only when a session is lent a GPU; its ``--smoke`` mode runs the same
 code at tiny shapes on any device, so that the script works the day it is needed."""
 
 from __future__ import annotations

@@ -41,23 +41,3 @@ def test_long_reasons_are_whole_in_results_and_bounded_everywhere_else(project, 
     summary = json.loads((project.path / "out" / "summary.json").read_text())
     shown = [s for g in summary["groups"] for kind in g["samples"].values() for s in kind]
     assert shown and all(len(s["reason"]) <= limit for s in shown)
-
-
-def test_rows_of_sample_items_under_xdist_are_in_file_order(project):
-    project.file("rewards.py", LONG)
-    project.jsonl("s.jsonl", [{"id": f"s{i}", "messages": msgs("q", str(i))} for i in range(8)])
-    result = project.pytester.runpytest_subprocess(
-        "-p",
-        "no:cacheprovider",
-        "-n",
-        "2",
-        "--reward-samples",
-        "s.jsonl",
-        "--reward-report",
-        "out",
-        timeout=120,
-    )
-    assert result.ret == 0
-    rows = [json.loads(line) for line in (project.path / "out" / "results.jsonl").read_text().splitlines()]
-    assert [r["id"] for r in rows] == [f"s{i}" for i in range(8)]
-    assert all(r["reason"] == str(i) * 200_000 for i, r in enumerate(rows))

@@ -1,4 +1,4 @@
-"""Commands that do what they look like (issue 13, point 8): options with an optional value never swallow the path
+"""Commands that do what they look like: options with an optional value never swallow the path
 after them, plain ``pytest`` in a reward project says what it found, untyped messages are dicts, the legacy
 ``(score, metrics)`` tuple is converted with a warning, and ``make demo`` installs only what the demo runs."""
 

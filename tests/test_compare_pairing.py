@@ -1,4 +1,4 @@
-"""How a comparison pairs samples (issue 13, point 1): samples without ``id`` by what was asked, not by the answer;
+"""How a comparison pairs samples: samples without ``id`` by what was asked, not by the answer;
 rules on the whole group as well as on the paired samples; tolerances that a drop equal to them passes."""
 
 from __future__ import annotations
@@ -94,40 +94,6 @@ def test_the_comparison_pairs_every_sample_and_counts_the_changed_responses(proj
     ]
     assert comp.mean_delta["estimate"] == pytest.approx(-1 / 6)
     assert comp.group_mean_delta == comp.mean_delta  # the same samples on both sides
-
-
-def test_keys_are_the_same_in_every_granularity_executor_and_under_xdist(project):
-    project.file("rewards.py", OVERLAP)
-    rows = qa_rows()
-    rows = [
-        rows[0],
-        rows[0],  # an exact duplicate line
-        rows[1],
-        {**rows[1], "messages": msgs(QA[1][0], "Blue.")},  # the same question, another answer
-        {**rows[2], "id": "two-plus-two"},
-        rows[0],
-    ]
-    project.jsonl("s.jsonl", rows)
-    base = ("--reward-samples", "s.jsonl")
-    project.run(*base, "--reward-granularity", "sample", "--reward-save=sample")
-    project.run(*base, "--reward-granularity", "file", "--reward-save=file")
-    project.run(*base, "--reward-granularity", "file", "--reward-workers", "3", "--reward-save=threads")
-    project.run(
-        *base, "--reward-granularity", "file", "--reward-executor", "process", "--reward-save=process"
-    )
-    project.run_subprocess(
-        *base, "--reward-granularity", "sample", "-n", "2", "-p", "xdist", "--reward-save=xdist"
-    )
-    names = ("sample", "file", "threads", "process", "xdist")
-    runs = {name: stored(project, name)["groups"][0]["samples"] for name in names}
-    assert runs["sample"] == runs["file"] == runs["threads"] == runs["process"] == runs["xdist"]
-    by_line = {e["line"]: k for k, e in runs["sample"].items()}
-    first, second, sixth = by_line[1], by_line[2], by_line[6]
-    assert first.startswith("q:") and second == first + "#2" and sixth == first + "#3"
-    assert by_line[4] == by_line[3] + "#2"  # same question, different answer: numbered too
-    assert by_line[5] == "id:two-plus-two"
-    responses = {e["line"]: e["response"] for e in runs["sample"].values()}
-    assert responses[1] == responses[2] == responses[6] != responses[3] != responses[4]
 
 
 def test_exact_duplicates_pair_in_order(project):

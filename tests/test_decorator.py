@@ -237,7 +237,7 @@ def test_spec_is_analysed_once():
     assert spec.messages_index == 0 and spec.accepts("anything")
 
 
-# --- the legacy (score, {metric: score | MetricResult}) tuple (issue 13, point 8) ---------------------------------
+# --- the legacy (score, {metric: score | MetricResult}) tuple -----------------------------------------------------
 
 
 @contextlib.contextmanager

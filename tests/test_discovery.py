@@ -223,7 +223,7 @@ def test_functions_built_at_run_time_are_collected(project):
 
 
 REWARD_KIT_STANDIN = '''
-"""A stand-in with reward-kit 0.4.1's decorator contract (reference: reward_kit.md §2.1, §2.4):
+"""A stand-in with reward-kit 0.4.1's decorator contract:
 functools.wraps, the _reward_function_* attributes, its own pydantic EvaluateResult, inputs coerced by the wrapper."""
 import functools
 from typing import Dict, Optional

@@ -278,7 +278,7 @@ def test_nothing_found_says_where_it_looked(project):
     )
 
 
-# --- a bad line is a line error, never a lost file (issue 13, point 5) ---------------------------------------------
+# --- a bad line is a line error, never a lost file ---------------------------------------------------------------
 
 DEEP = json.dumps(GOOD)[:-1] + ', "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
 HUGE_INT = json.dumps(GOOD)[:-1] + ', "x": ' + "7" * 5000 + "}"

@@ -119,20 +119,6 @@ def test_last_failed_reruns_only_failing_samples(pytester, project):
     again.stdout.fnmatch_lines(["*length?s2?*", "*length?s3?*"])
 
 
-def test_xdist_gives_the_same_outcomes_and_one_summary(project):
-    project.file("rewards.py", REWARDS)
-    project.jsonl("s.jsonl", [{"id": f"s{i}", "messages": msgs("q", "x" * i)} for i in range(1, 13)])
-    result = project.run_subprocess("--reward-samples", "s.jsonl", "-n", "2", "-p", "xdist")
-    result.assert_outcomes(passed=8, failed=4)
-    out = result.stdout.str()
-    assert out.count("reward summary") == 1
-    # scores min(1, i/10) for i = 1..12: mean 7.5/12, p10 (linear interpolation) 0.2 + 0.1 * 0.1
-    result.stdout.fnmatch_lines(["*length*s.jsonl*12*0.625*0.100*0.210*66.7%*FAIL*"])
-    table = [line for line in out.splitlines() if line.startswith("length ")]
-    single = project.run_subprocess("--reward-samples", "s.jsonl").stdout.str()
-    assert table == [line for line in single.splitlines() if line.startswith("length ")]
-
-
 def test_positional_jsonl_path_works_like_reward_samples(project):
     project.file("rewards.py", REWARDS)
     project.jsonl("data/s.jsonl", [{"messages": msgs("q", "a long answer")}])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -226,21 +227,37 @@ def test_prompt_only_sample_without_a_model_is_a_usage_error(project):
 
 
 @pytest.mark.parametrize(
-    ("ini", "expected"),
-    [("", ".reward/jax-cache"), ("reward_jax_cache_dir =\n", "None"), ("reward_jax_cache_dir = cache\n", "cache")],
+    ("ini", "cache"),
+    [
+        ("", ".reward/jax-cache"),
+        ("reward_jax_cache_dir =\n", None),
+        ("reward_jax_cache_dir = cache\n", "cache"),
+    ],
+    ids=["default", "empty-turns-it-off", "set"],
 )
-def test_an_empty_jax_cache_dir_in_ini_turns_the_cache_off(project, ini, expected):
+def test_the_jax_compilation_cache_is_where_the_ini_says_and_off_when_empty(project, ini, cache):
+    # In a subprocess: jax's compilation cache is process-wide, and it must not follow the test run.
     project.pytester.makeini(f"[pytest]\n{ini}")
     project.file(
-        "test_settings.py",
+        "test_model.py",
         """
-        from pytest_reward.plugin.session import session_key
+        import jax
 
-        def test_show(request):
-            path = request.config.stash[session_key].settings.jax_cache_dir
-            rel = None if path is None else path.relative_to(request.config.rootpath).as_posix()
-            print("CACHE", rel)
+        def test_roll_out(inference_job):
+            inference_job.rollout(["1+2="], 4)
+            print("CACHE DIR", jax.config.jax_compilation_cache_dir)
         """,
     )
-    result = project.run("-s")
-    result.stdout.fnmatch_lines([f"*CACHE {expected}"])
+    from pytest_reward.jax import resolve_model
+
+    # the shipped model, copied into the project: a path outside it would move pytest's rootdir
+    shutil.copytree(resolve_model("tiny-adder"), project.path / "model")
+    result = project.run_subprocess("--reward-model", "model", "-s")
+    result.assert_outcomes(passed=1)
+    for place in (".reward/jax-cache", "cache"):
+        used = (project.path / place).is_dir() and any((project.path / place).iterdir())
+        assert used == (place == cache), place  # compiled programs are written there, and only there
+    if cache is None:
+        result.stdout.fnmatch_lines(["*CACHE DIR None*"])
+    else:
+        result.stdout.fnmatch_lines([f"*CACHE DIR {project.path / cache}*"])

@@ -1,4 +1,4 @@
-"""Reward-hacking probes (issue 18): real sessions through pytester, and the mutations and rules on their own."""
+"""Reward-hacking probes: real sessions through pytester, and the mutations and rules on their own."""
 
 from __future__ import annotations
 
@@ -102,17 +102,6 @@ def test_the_default_probes_pass_a_robust_grader_and_catch_the_hackable_one(proj
     # cut where the answer is first said ("6*7 =") the response has no answer: neither grader passes it
     assert probes["substring", "truncate"].verdict == "PASS"
     assert result.verdict == "FAIL"
-
-
-def test_probes_never_change_the_real_samples_nor_count_in_their_groups(project):
-    graders(project)
-    project.file("rewards.py", GRADERS.format(probes='"default"').replace(', probes="default"', ""))
-    plain = project.result("--reward-samples", "s.jsonl")
-    graders(project)
-    probed = project.result("--reward-samples", "s.jsonl")
-    assert [g.summary.to_dict() for g in probed.groups] == [g.summary.to_dict() for g in plain.groups]
-    assert [[o.score for o in g.outcomes] for g in probed.groups] == [[1.0, 0.0, 1.0]] * 2
-    assert not plain.probes and len(probed.probes) == 12
 
 
 def test_a_reward_that_raises_on_an_empty_response_fails_the_empty_probe(project):
@@ -409,58 +398,16 @@ def test_registry_refuses_builtin_names_and_bad_rules():
     assert (probe.name, rule.text) == ("mine", "== original ± 0.1")
 
 
-# --- granularity, xdist, artifacts -------------------------------------------------------------------------------
+# --- items and artifacts (tests/test_modes_agree.py: the same probe results in every mode) -----------------------
 
 
-def _probe_table(result) -> list[tuple]:
-    return [(p.function, p.file, p.probe, p.verdict, p.checked, p.broken) for p in result.probes]
-
-
-def test_file_granularity_has_one_item_per_probe_and_the_same_verdicts(project):
+def test_file_granularity_has_one_item_per_probe(project):
     graders(project)
-    per_sample = project.result("--reward-samples", "s.jsonl")
     result = project.run(
         "--reward-samples", "s.jsonl", "--reward-granularity", "file", "--collect-only", "-q"
     )
     result.stdout.fnmatch_lines(["s.jsonl::substring", "s.jsonl::boxed", "s.jsonl::substring?probe:empty?"])
     assert sum("probe:" in line for line in result.stdout.lines) == 12
-    per_file = project.result("--reward-samples", "s.jsonl", "--reward-granularity", "file")
-    assert _probe_table(per_file) == _probe_table(per_sample)
-    assert [e.mutated for p in per_file.probes for e in p.examples] == [
-        e.mutated for p in per_sample.probes for e in p.examples
-    ]
-
-
-def test_xdist_gives_the_same_probes(project):
-    graders(project)
-    project.run("--reward-samples", "s.jsonl", "--reward-report", "serial")
-    result = project.run_subprocess(
-        "--reward-samples", "s.jsonl", "--reward-report", "xdist", "-n", "2", "-p", "xdist"
-    )
-    assert result.ret == 1
-    serial = json.loads((project.path / "serial" / "summary.json").read_text())["probes"]
-    xdist = json.loads((project.path / "xdist" / "summary.json").read_text())["probes"]
-    assert xdist == serial
-    assert [p["verdict"] for p in xdist if p["function"] == "substring"] == [
-        "PASS",
-        "PASS",
-        "FAIL",
-        "PASS",
-        "PASS",
-        "PASS",
-    ]
-
-
-def test_probes_score_on_the_session_executor(project):
-    graders(project)
-    in_process = project.result("--reward-samples", "s.jsonl", "--reward-granularity", "file")
-    workers = project.result(
-        "--reward-samples", "s.jsonl", "--reward-executor", "process", "--reward-workers", "1"
-    )
-    assert _probe_table(workers) == _probe_table(in_process)
-    assert [(p.mean_original, p.mean_mutated) for p in workers.probes] == [
-        (p.mean_original, p.mean_mutated) for p in in_process.probes
-    ]
 
 
 def test_reports_and_stored_runs_carry_the_probes(project):

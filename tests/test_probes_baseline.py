@@ -1,4 +1,4 @@
-"""Probes and baselines (issue 18): stored runs keep each probe's verdict; a comparison lists them, a probe that
+"""Probes and baselines: stored runs keep each probe's verdict; a comparison lists them, a probe that
 passed in the stored run and fails now fails the comparison, one that passes again is an improvement, and a probe
 on one side only is shown, never a failure."""
 

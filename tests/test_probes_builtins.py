@@ -1,4 +1,4 @@
-"""The default probes on the built-in rewards (issue 18): what docs/rewards.md ("Probes") reports, kept true.
+"""The default probes on the built-in rewards: what docs/rewards.md ("Probes") reports, kept true.
 
 Each built-in is wrapped in a project module (a module contributes the functions it defines) with
 ``probes="default"`` and its own samples: right and wrong answers as a policy would write them. The test pins every

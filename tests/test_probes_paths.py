@@ -1,4 +1,4 @@
-"""How probes score their mutated responses (issue 18, cost): the in-thread path of the default executor, the
+"""How probes score their mutated responses, at what cost: the in-thread path of the default executor, the
 watchdog that holds the timeout for a whole block of calls, the path through the other executors; what they must
 share with a sample's call (verdicts, errors, isolation); and the samples' own scores taken from their items."""
 

@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from pytest_reward.data.samples import (
@@ -21,7 +21,9 @@ from pytest_reward.data.samples import (
     iter_samples,
     not_a_regular_file,
     parse_expect,
+    parse_record,
 )
+from pytest_reward.errors import SampleFormatError
 
 GOOD = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}
 
@@ -198,36 +200,59 @@ _json_values = st.recursive(
 )
 
 
+def read_line(tmp_path: Path, line: str) -> Sample | SampleError:
+    """What the reader makes of a file holding the one line ``line``."""
+    path = tmp_path / "one.jsonl"
+    path.write_bytes(line.encode())
+    (out,) = iter_samples(path, keys=False)
+    return out
+
+
+def as_read(out: Sample | SampleError) -> tuple[str, str]:
+    if isinstance(out, SampleError):
+        return "error", out.message
+    return "record", json.dumps(out.record)
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     _json_values,
+    st.booleans(),
     st.sampled_from(["", " ", "\t"]),
-    st.sampled_from(["", "\n", " \n", "\r\n", "  ", " x", "\n\n", ",", "]"]),
+    st.sampled_from(["", "\n", " \n", "\r\n", "  ", " x", ",", "]"]),
 )
-def test_line_decoding_is_json_loads(value, head, tail):
-    """The fast line decoder gives json.loads' value, or its exact error, for any line."""
-    from pytest_reward.data.samples import _decode
-
-    text = head + json.dumps(value) + tail
-
-    def outcome(decode):
+def test_a_line_reads_as_json_loads_reads_it(tmp_path, value, in_a_sample, head, tail):
+    """Any line gives the sample json.loads would give, or the error of json.loads' own message and column,
+    whether the value is a whole sample or anything else."""
+    body = {"messages": GOOD["messages"], "x": value} if in_a_sample else value
+    line = head + json.dumps(body) + tail
+    try:
+        decoded = json.loads(line)
+    except json.JSONDecodeError as exc:
+        expected = ("error", f"invalid JSON: {exc.msg} at column {exc.colno}")
+    else:
         try:
-            return "value", json.dumps(decode(text))
-        except json.JSONDecodeError as exc:
-            return "error", str(exc)
-
-    assert outcome(_decode) == outcome(json.loads)
+            expected = ("record", json.dumps(parse_record(decoded, Path("one.jsonl"), 1).record))
+        except SampleFormatError as exc:
+            expected = ("error", str(exc))
+    assert as_read(read_line(tmp_path, line)) == expected
+    if in_a_sample and tail in ("", "\n", " \n", "\r\n", "  "):
+        assert expected[0] == "record"  # the case is not vacuous: whole samples do read
 
 
 _message_like = st.one_of(
     st.fixed_dictionaries(
         {},
         optional={
-            "role": st.sampled_from(["user", "assistant", "", " ", "\t"]) | st.integers() | st.none(),
+            "role": st.sampled_from(["user", "assistant", "", " ", "\t", "\u3000"])
+            | st.integers()
+            | st.none(),
             "content": st.text(max_size=5)
             | st.none()
             | st.integers()
-            | st.lists(st.just({"type": "text"}), max_size=2),
-            "tool_calls": st.none() | st.lists(st.just({}), max_size=1) | st.just("x"),
+            | st.lists(st.just({"type": "text"}) | st.just("part"), max_size=2),
+            "tool_calls": st.none() | st.lists(st.just({}) | st.just(1), max_size=1) | st.just("x"),
+            "function_call": st.none() | st.just({"name": "f"}),
         },
     ),
     st.text(max_size=3),
@@ -235,28 +260,46 @@ _message_like = st.one_of(
 )
 
 
+def message_is_valid(msg: object) -> bool:
+    """The message rules, as the reader documents them: an object with a non-blank string role; content a
+    string, a list of objects, or null when the message calls a tool; tool_calls, when given, a list of
+    objects."""
+    if not isinstance(msg, dict) or not isinstance(msg.get("role"), str) or not msg["role"].strip():
+        return False
+    content = msg.get("content", "")
+    if content is None:
+        content_ok = bool(msg.get("tool_calls") or msg.get("function_call"))
+    elif isinstance(content, list):
+        content_ok = all(isinstance(part, dict) for part in content)
+    else:
+        content_ok = isinstance(content, str)
+    calls = msg.get("tool_calls")
+    return content_ok and (
+        calls is None or (isinstance(calls, list) and all(isinstance(c, dict) for c in calls))
+    )
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(_message_like, min_size=1, max_size=3))
-def test_inline_message_check_agrees_with_the_full_check(messages):
-    """parse_record checks the usual message inline: it accepts and rejects exactly what _check_message does."""
-    from pytest_reward.data.samples import SampleFormatError, _check_message, parse_record
-
-    def full() -> str | None:
-        try:
-            for i, msg in enumerate(messages):
-                _check_message(i, msg)
-        except SampleFormatError as exc:
-            return str(exc)
-        return None
-
-    try:
-        parse_record({"messages": messages}, Path("s.jsonl"), 1)
-        got = None
-    except SampleFormatError as exc:
-        got = str(exc)
-    assert got == full()
+# the fast path's shape, but bad tool_calls
+@example([{"role": "assistant", "content": "a", "tool_calls": "x"}])
+@example([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "tool_calls": [1]}])
+@example([{"role": "\u3000", "content": "a"}])  # a blank role in a non-ASCII space
+@example([{"role": "user", "content": None, "function_call": {"name": "f"}}])
+def test_messages_are_accepted_exactly_when_every_one_is_valid(tmp_path, messages):
+    """The reader accepts a conversation exactly when every message keeps the rules, and otherwise names the
+    first message that breaks them (the usual message is checked on a fast path: it must agree)."""
+    out = read_line(tmp_path, json.dumps({"messages": messages}) + "\n")
+    bad = [i for i, msg in enumerate(messages) if not message_is_valid(msg)]
+    if not bad:
+        assert isinstance(out, Sample), out
+        assert out.messages == messages
+    else:
+        assert isinstance(out, SampleError)
+        assert out.message.startswith(f"messages[{bad[0]}]"), (out.message, messages)
 
 
-# --- a bad line costs that line, never the file (issue 13, point 5) -------------------------------------------------
+# --- a bad line costs that line, never the file --------------------------------------------------------------------
 
 PREFIX = '{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}], "x": '
 

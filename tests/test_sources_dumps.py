@@ -1,4 +1,4 @@
-"""Rollout dumps as regression suites (issue 17.3): verl's ``trainer.rollout_data_dir`` / ``validation_data_dir``
+"""Rollout dumps as regression suites: verl's ``trainer.rollout_data_dir`` / ``validation_data_dir``
 JSONL read as samples, the recorded score kept, ``--reward-replay-tolerance`` failing drifted rewards.
 
 The rows have the layout of verl 0.9.1's writer, ``verl/trainer/ppo/ray_trainer.py`` ``_write_generations``

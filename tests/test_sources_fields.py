@@ -1,4 +1,4 @@
-"""The field mapping in the marker (issue 17.2): ``@pytest.mark.reward(sample_fields={target: "column.path"})``
+"""The field mapping in the marker: ``@pytest.mark.reward(sample_fields={target: "column.path"})``
 maps a dataset file's columns for that function, replacing ini ``reward_sample_fields`` for it; the file is parsed
 once per distinct mapping, a row one function cannot read is that function's ``file:row N`` error item, and the
 other functions (and rows) still run."""

@@ -1,4 +1,4 @@
-"""Datasets as samples (issue 17.2): Parquet files and Arrow files (``datasets.save_to_disk``) read as samples,
+"""Datasets as samples: Parquet files and Arrow files (``datasets.save_to_disk``) read as samples,
 streamed by record batch, with verl's and TRL's schemas recognised and ``reward_sample_fields`` for the rest.
 
 Every file here is written by pyarrow itself (``pq.write_table`` / ``pa.ipc``), with the column types verl's and
@@ -258,7 +258,7 @@ def test_datasets_save_to_disk_directories_as_samples(project):
 
 
 def test_replay_tolerance_holds_in_worker_processes(project):
-    # issue 17.3 follow-up: the process executor's workers check the recorded score too (it travels with the sample)
+    # the process executor's workers check the recorded score too (it travels with the sample)
     import json
 
     project.file("rewards.py", STANDARD)  # a @reward_function: workers import it by module and attribute
@@ -306,7 +306,7 @@ def test_the_summary_counts_samples_that_differ_from_the_recorded_score(project)
     assert "REPLAY" not in project.run("--reward-samples", "3.jsonl").stdout.str()
 
 
-# --- the columnar read and the file-granularity scoring loop (issue 17, speed) ----------------------------------
+# --- the columnar read and the file-granularity scoring loop (speed) -------------------------------------------
 
 
 def _odd_rows() -> list[dict]:

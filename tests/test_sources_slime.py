@@ -1,4 +1,4 @@
-"""slime's debug rollout data as samples (issue 17.3): the pack ``--save-debug-rollout-data`` writes, read without
+"""slime's debug rollout data as samples: the pack ``--save-debug-rollout-data`` writes, read without
 torch, the recorded reward kept for ``--reward-replay-tolerance``.
 
 The pack's layout is slime's own (THUDM/slime 624b824a898a): ``slime/observability/rollout_data_utils.py``

@@ -1,4 +1,4 @@
-"""Trainer-native reward functions as test subjects (issue 17.1): ``--reward-fn STYLE:path.py::name``, or the style
+"""Trainer-native reward functions as test subjects: ``--reward-fn STYLE:path.py::name``, or the style
 read from the parameters when exactly one fits.
 
 The calling conventions are the trainers' own, read from their source (none of TRL, verl, OpenRLHF or slime imports
@@ -15,7 +15,6 @@ on this CPU venv without torch):
   "extra_logs"}``;
 * slime 624b824a898a: ``slime/rollout/rm_hub/__init__.py``: ``await custom_rm(args, sample)``, ``--group-rm``:
   ``await custom_rm(args, samples)`` → list.
-(``/work/shared/reference/rl_integration.md`` §2.1, §3.3, §4.1, §6.1.)
 """
 
 from __future__ import annotations

@@ -64,8 +64,8 @@ def persistent_cache_hits() -> int:
 def enable_compilation_cache(directory: str | Path) -> Path:
     """Turn on jax's persistent compilation cache in ``directory`` (process-wide; every compile is cached).
 
-    A new process then loads executables instead of recompiling them (on a 2-core CPU the theseus notes saw a
-    first rollout drop from ~2.5 s to ~1 s). Returns the directory.
+    A new process then loads executables instead of recompiling them (``tests/jax/test_data_parallel.py``
+    checks that a second process builds nothing). Returns the directory.
     """
     path = Path(directory).expanduser().resolve()
     path.mkdir(parents=True, exist_ok=True)

@@ -454,7 +454,7 @@ def installed_target(package: str, version: str) -> Path:
 
 
 def reward_kit_python() -> str:
-    """The python of a venv holding reward-kit 0.4.1 with the pins it needs to import today (reference §8)."""
+    """The python of a venv holding reward-kit 0.4.1 with the pins it needs to import today."""
     _require_opt_in()
     name = "reward-kit-0.4.1"
     directory = CLIENT_CACHE / name

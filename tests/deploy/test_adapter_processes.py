@@ -1,4 +1,4 @@
-"""Adapters inside real trainers' process models (issue 14.3).
+"""Adapters inside real trainers' process models.
 
 * The adapters' callables (verl ``compute_score``, TRL ``reward_funcs`` sync and async, OpenRLHF ``reward_func``,
   slime ``custom_rm``) survive ``cloudpickle`` and ``pickle`` into a fresh interpreter that does not have the bundle
@@ -394,8 +394,8 @@ def test_verl_remote_reward_manager_runs_compute_score_in_a_real_ray_worker(bund
     """A local Ray (one CPU, every listener on loopback), verl's ``RewardComputeWorker`` actor given the
     ``compute_score`` that verl's loader and ``get_custom_reward_fn`` made from the bundle's ``verl.py``: the actor
     (another process, without the bundle on its path) answers as the driver does, reward_kwargs included. The
-    control: the bundle's bare reward function fails in a Ray worker with ``ModuleNotFoundError``, as the issue
-    reported for the adapter."""
+    control: the bundle's bare reward function fails in a Ray worker with ``ModuleNotFoundError`` (the adapter is
+    what makes it importable there)."""
     import tempfile
 
     ray_dir = tempfile.mkdtemp(prefix="rr-", dir="/tmp")  # short: Ray's unix socket paths have a length limit

@@ -1,4 +1,4 @@
-"""Deploys that cannot ship the wrong thing (issue 14.2): what the plugin wrote is never collected or bundled again,
+"""Deploys that cannot ship the wrong thing: what the plugin wrote is never collected or bundled again,
 a bundle ships what the reward functions really import (a symlink's target) and is imported in a fresh interpreter
 before it ships, bad ``reward_bundle_include`` patterns are usage errors before the run, and the deploy summary names
 only paths that exist."""

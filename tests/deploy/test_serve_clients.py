@@ -4,8 +4,8 @@ Opt-in (marker ``clients``): these tests install the clients from the package re
 unless ``PYTEST_REWARD_CLIENTS=1`` is set (``make test-clients``); then a failed install fails the test, it is
 never skipped. Installed once into a cache outside the repository (see conftest): OpenRLHF 0.11.2 and verl 0.9.1
 with ``pip install --no-deps --target``, reward-kit 0.4.1 in its own venv (its pins conflict with ours). Their code
-is never modified: the only help is a ``sys.modules`` entry for a package ``__init__`` that would import torch
-(reference rl_integration.md §8). TRL and slime cannot run here; their documented calls are checked in
+is never modified: the only help is a ``sys.modules`` entry for a package ``__init__`` that would import torch.
+TRL and slime cannot run here; their documented calls are checked in
 ``test_trainer_contracts.py``. Each test starts its own server; every network call has a timeout.
 """
 
@@ -266,7 +266,7 @@ from reward_kit.evaluation import Evaluator
 # The evaluator reward-kit registers with Fireworks for `reward-kit deploy --remote-url URL`.
 criteria = Evaluator(remote_url=sys.argv[1])._construct_criteria({})
 main_py = criteria[0]["codeSnippets"]["fileContents"]["main.py"]
-# The shim's annotations use typing names it does not import (upstream bug, reference §5.3).
+# The shim's annotations use typing names it does not import (a bug in the client's code, kept as it ships).
 namespace = {"Optional": Optional, "Union": Union, "List": List, "Dict": Dict, "Any": Any}
 exec(compile(main_py, "main.py", "exec"), namespace)
 messages = [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]

@@ -36,7 +36,7 @@ class TrainerState:
 
 
 def trl_call(reward_func, prompts, completions, columns, logged):
-    """Exactly how GRPOTrainer._calculate_rewards calls a custom reward function (trl 1.16, reference §2.1)."""
+    """Exactly how GRPOTrainer._calculate_rewards calls a custom reward function (trl 1.16)."""
     reward_kwargs = dict(columns)
     reward_kwargs["trainer_state"] = TrainerState()
     reward_kwargs["log_extra"] = lambda column, values: logged.append(("extra", column, values))

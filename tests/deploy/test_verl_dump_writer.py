@@ -1,4 +1,4 @@
-"""verl's own rollout dump writer and its own GSM8K reward, read back as a regression suite (issue 17.3).
+"""verl's own rollout dump writer and its own GSM8K reward, read back as a regression suite.
 
 Opt-in (marker ``clients``, ``make test-clients``): verl 0.9.1 is installed from the package registry with
 ``pip install --no-deps --target`` (see conftest). ``RayPPOTrainer._write_generations`` (the static method behind

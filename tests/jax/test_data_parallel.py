@@ -26,11 +26,14 @@ SCRIPT = textwrap.dedent(
     sampled = job.rollout(prompts, 12, temperature=1.5, top_p=0.9, seed=7, n=2)
     ll = job.loglikelihood([("hello ", "world"), ("", "abc"), ("x" * 40, "y")])
     nll = job.token_nll(["some text to score, long enough to share the 64-token bucket", "b"])
+    job.reset_stats()
+    job.token_nll(["ab", "cd", "ef", "gh"])  # four rows: 2 per device per batch
+    score_batches = job.stats.max_batches_in_flight
     print(json.dumps({
         "devices": jax.device_count(),
         "replicas": job.replicas,
         "mesh": dict(job.mesh.shape),
-        "compile_batches": sorted({k[1][0][0][0] for k in job.stats.compile_keys}),
+        "score_batches": score_batches,
         "greedy": [r.tokens for r in greedy],
         "sampled": [r.tokens for r in sampled],
         "ll": [[x.logprob, x.num_tokens, x.is_greedy] for x in ll],
@@ -57,7 +60,8 @@ def test_two_devices_match_one():
     one, two = _run(1), _run(2)
     assert (one["devices"], one["replicas"], one["mesh"]) == (1, 1, {"batch": 1, "shard": 1})
     assert (two["devices"], two["replicas"], two["mesh"]) == (2, 2, {"batch": 2, "shard": 1})
-    assert all(b % 2 == 0 for b in two["compile_batches"])  # the batch is split over both devices
+    # a batch holds per_device_batch_size rows on every device: four rows are two batches on one device, one on two
+    assert (one["score_batches"], two["score_batches"]) == (2, 1)
     assert two["greedy"] == one["greedy"]
     assert two["sampled"] == one["sampled"]
     for a, b in zip(one["ll"], two["ll"], strict=True):

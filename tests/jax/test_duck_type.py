@@ -1,4 +1,4 @@
-"""The theseus-style members the evaluation classes rely on (§5.1 of the theseus notes)."""
+"""The members of the job that theseus-style evaluation classes read and call (the theseus duck type)."""
 
 from __future__ import annotations
 

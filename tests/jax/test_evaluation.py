@@ -1,5 +1,6 @@
-"""The evaluation classes against hand-computed values, the known theseus bugs (each test shows the buggy variant
-giving the wrong answer), reward-function scorers, and bad input.
+"""The evaluation classes against hand-computed values (including the cases an evaluation easily gets wrong: the
+direction and the aggregate of a perplexity, the first continuation token of a comparison, the end markers of a
+generated answer), reward-function scorers, and bad input.
 
 Most tests run on a *bigram* model whose logits are a hand-written table (``conftest.bigram_job``), so every
 log-probability is ``log_softmax(TABLE[previous token])[token]`` and can be computed here with numpy.
@@ -168,51 +169,30 @@ def test_perplexity_against_hand_computed_values(bigram):
     assert bigram.perplexity(TEXTS) == pytest.approx(corpus, rel=1e-5)  # the job's corpus ppl agrees
 
 
-def theseus_perplexity_score(nll, count, reduce):
-    """theseus's PerplexityEvaluation._score: "mean" and "sum" both give the corpus ppl."""
-    nll, count = np.asarray(nll), np.asarray(count)
-    if reduce == "none":
-        return np.exp(nll / np.maximum(count, 1))
-    return float(np.exp(nll.sum() / max(count.sum(), 1)))
-
-
-def test_bug_perplexity_direction_and_aggregate_consistency(bigram):
-    """Regression (theseus §1.9 #4-5): ppl in one place and 1/ppl in another, and an aggregate that is not the
-    reduction of the per-sample values. Ours: ppl (lower is better) per sample and in aggregate, and the
-    aggregate is the mean of exactly the per-sample values."""
+def test_perplexity_is_lower_for_the_likelier_text_and_its_aggregate_reduces_the_per_sample_values(bigram):
+    """Each sample's score is its perplexity (lower is better, never below 1), and the aggregate is the
+    reduction of exactly those values: their mean, not the corpus perplexity, and not 1/ppl anywhere."""
     texts = ["abc", "xyw"]  # "abc" is what the bigram predicts; "xyw" is uniform noise to it
     ev = _Texts(texts)
     samples = ev.evaluate_samples(bigram)
     per_sample = [s.score for s in samples]
+    expected = [hand_ppl(t)[0] for t in texts]
+    assert per_sample == pytest.approx(expected, rel=1e-5)
     assert per_sample[0] < per_sample[1]  # the predictable text has the lower perplexity
     assert all(p >= 1.0 for p in per_sample)  # a perplexity, not 1/ppl
-    assert per_sample == pytest.approx([hand_ppl(t)[0] for t in texts], rel=1e-5)
-    mean = ev(bigram, reduce="mean")
-    assert mean >= 1.0 and mean == pytest.approx(np.mean(per_sample))
-    # the theseus variant's "mean" is not the mean of its own per-sample values ...
-    nll = [s.metrics["nll"] for s in samples]
-    count = [s.metrics["tokens"] for s in samples]
-    buggy_mean = theseus_perplexity_score(nll, count, "mean")
-    buggy_none = theseus_perplexity_score(nll, count, "none")
-    assert buggy_mean != pytest.approx(np.mean(buggy_none), rel=1e-3)
-    # ... and its docs' 1/ppl ("higher is better") ranks the predictable text worse
-    inverse = [1 / p for p in per_sample]
-    assert (
-        inverse[0] > inverse[1]
-    )  # 1/ppl: higher for "abc"; a "lower is better" gate on it would be inverted
+    assert ev(bigram, reduce="mean") == pytest.approx(np.mean(expected), rel=1e-5)
+    # the corpus perplexity, exp(total nll / total tokens), is another number here: the mean is not it
+    corpus = np.exp(sum(hand_ppl(t)[1] for t in texts) / sum(hand_ppl(t)[2] for t in texts))
+    assert ev(bigram, reduce="mean") != pytest.approx(corpus, rel=1e-3)
 
 
-def test_bug_reduce_sum_sums(bigram):
-    """Regression (theseus §1.9 #5): reduce="sum" returned the "mean" value for perplexity."""
+def test_reduce_sum_sums_the_per_sample_values(bigram):
+    """reduce="sum" adds the per-sample perplexities (which the mean would not give here)."""
     ev = _Texts(TEXTS)
-    per_sample = ev(bigram, reduce="none")
-    assert ev(bigram, reduce="sum") == pytest.approx(per_sample.sum())
-    assert ev(bigram, reduce="mean") == pytest.approx(per_sample.mean())
-    samples = ev.evaluate_samples(bigram)
-    nll = [s.metrics["nll"] for s in samples]
-    count = [s.metrics["tokens"] for s in samples]
-    assert theseus_perplexity_score(nll, count, "sum") == theseus_perplexity_score(nll, count, "mean")
-    assert theseus_perplexity_score(nll, count, "sum") != pytest.approx(per_sample.sum(), rel=1e-3)
+    expected = [hand_ppl(t)[0] for t in TEXTS]
+    assert ev(bigram, reduce="sum") == pytest.approx(sum(expected), rel=1e-5)
+    assert ev(bigram, reduce="mean") == pytest.approx(np.mean(expected), rel=1e-5)
+    assert sum(expected) != pytest.approx(np.mean(expected), rel=1e-3)  # the case tells the two apart
     # and for an evaluation whose scores are 0/1
     comp = _Choices([("a", ["b", "z"], 0), ("a", ["b", "z"], 1), ("a", ["bc", "zc"], 0)])
     assert comp(bigram, reduce="sum") == pytest.approx(2.0)
@@ -222,33 +202,21 @@ def test_bug_reduce_sum_sums(bigram):
 
 
 # ---------------------------------------------------------------------------------------------- comparison
-def theseus_comparison_choice(job: InferenceJob, prefix: str, conts: list[str]) -> int:
-    """theseus's PerplexityComparisonEvaluation scoring, on our logits: targets ``roll(x, -1)`` with the last
-    target set to token 0, positions before ``prefix_len`` masked (so the first continuation token is never
-    scored), argmin of the mean NLL."""
-    prefix_len = len(TOK.encode(prefix))
-    losses = []
-    for cont in conts:
-        x = TOK.encode(prefix + cont)
-        [logits] = job.logits([x])
-        logp = logits - np.log(np.exp(logits.astype(np.float64)).sum(-1, keepdims=True))
-        y = np.roll(np.asarray(x), -1)
-        y[-1] = 0
-        scored = [t for t in range(len(x)) if t >= prefix_len]
-        losses.append(np.mean([-logp[t, y[t]] for t in scored]))
-    return int(np.argmin(losses))
-
-
 @pytest.mark.parametrize(
     ("prefix", "conts"),
     [("a", ["b", "z"]), ("a", ["bc", "zc"])],
     ids=["single-token-choices", "multi-token-choices"],
 )
-def test_bug_comparison_scores_exactly_the_continuation_tokens(bigram, prefix, conts):
-    """Regression (theseus §1.9 #1): the off-by-one skipped the first continuation token and scored a bogus
-    "token 0 after the end". Here "b" is far likelier than "z" after "a"; after "z", token 0 and "c" are likely,
-    which is all the buggy variant looks at."""
-    assert theseus_comparison_choice(bigram, prefix, conts) == 1  # the buggy variant picks "z..."
+def test_comparison_scores_exactly_the_continuation_tokens(bigram, prefix, conts):
+    """A choice is scored by log p(continuation | prefix), its first token included and nothing after its last.
+    After "a", "b" is far likelier than "z"; after "z", token 0 and "c" are likely: scoring from the second
+    continuation token on, or the token after the end, would pick "z..." instead."""
+    # the case tells the two apart: the first token decides it, the tokens after it point the other way
+    assert logprob(ord("a"), ord("b")) > logprob(ord("a"), ord("z"))
+    after_first = {
+        c: logprob(ord(c[-1]), 0) + sum(logprob(*map(ord, p)) for p in itertools.pairwise(c)) for c in conts
+    }
+    assert after_first[conts[1]] > after_first[conts[0]]
     [sample] = _Choices([(prefix, conts, 0)]).evaluate_samples(bigram)
     assert sample.output == conts[0] and sample.target == conts[0]
     assert sample.score == 1.0 and sample.metrics == {"correct": 1.0}
@@ -286,24 +254,13 @@ def test_comparison_ties_go_to_the_first_choice(bigram):
 
 
 # ---------------------------------------------------------------------------------------------- rollouts / clean
-def theseus_chat_clean(y_hat: str) -> str:
-    """theseus's chat-dataset clean: parse ChatML, take the assistant message; text without <|im_start|> falls
-    back to "the whole text is the assistant message"; then strip().upper()."""
-    if "<|im_start|>" in y_hat:
-        parts = [p for p in y_hat.split("<|im_start|>") if p.startswith("assistant")]
-        y_hat = parts[0].removeprefix("assistant").split("<|im_end|>")[0] if parts else ""
-    return y_hat.strip().upper()
-
-
-def test_bug_chat_clean_receives_generated_text_without_end_markers(bigram):
-    """Regression (theseus §1.9 #3): theseus hands clean() the generated-only text cut only at <|endoftext|>, so
-    "B<|im_end|>\\n..." fails the check. Ours cuts at the first end marker: clean() gets "B"."""
+def test_clean_receives_the_generated_answer_cut_at_its_end_marker(bigram):
+    """The model answers "B<|im_end|>\\n..." and goes on; clean() gets the generated text up to the first end
+    marker ("B"), not the prompt and not what follows the marker, so the check passes."""
     ev = _Letters([(chat("Which?"), "b")])
     raw = bigram.rollout([chat("Which?")], max_new_tokens=8)[0]
     assert raw.text.startswith("B<|im_end|>\n")  # the model does end its turn with <|im_end|>, then goes on
-    gen, _ = bigram.generate_tokens([TOK.encode(TOK.apply_chat_template(chat("Which?")))], 8)
-    theseus_text = TOK.decode([t for t in gen[0] if t != EOT])  # theseus: cut before <|endoftext|> only
-    assert ev.check("b", theseus_chat_clean(theseus_text)) is False  # "B<|IM_END|>..." != "B"
+    assert ev.check("b", ev.clean(raw.text)) is False  # the text past the marker would fail the check
 
     seen = []
 
@@ -351,7 +308,7 @@ def test_samples_per_prompt_and_rollout_intermediates(bigram):
     rows = [(chat("q1"), "b"), ("plain\n", "x")]
     ev = _Letters(rows, new_tokens=6)
     samples = ev.evaluate_samples(bigram, samples_per_prompt=3, temperature=1.0, seed=0)
-    assert [s.index for s in samples] == [0, 0, 0, 1, 1, 1]  # consecutive, theseus's ordering contract
+    assert [s.index for s in samples] == [0, 0, 0, 1, 1, 1]  # a prompt's samples are consecutive, in order
     assert [s.target for s in samples] == ["b"] * 3 + ["x"] * 3
     value, inter = ev(bigram, return_intermediates=True)
     assert value == pytest.approx(0.5)
@@ -549,8 +506,8 @@ def test_reward_function_errors_score_zero_and_are_recorded(bigram):
 
 
 def test_reward_function_declaring_original_messages_receives_the_prompt_turns(bigram):
-    """Regression (issue 12): the evaluation had its own calling convention and never passed
-    ``original_messages``; a test run passes it (the conversation before the response) when the function
+    """Regression: the evaluation had its own calling convention and never passed ``original_messages``; a
+    test run passes it (the conversation before the response) when the function
     declares it, and so do evaluations now (pointwise and batch)."""
     seen = []
 
@@ -576,7 +533,7 @@ def test_reward_function_declaring_original_messages_receives_the_prompt_turns(b
 
 
 def test_a_missing_target_leaves_the_ground_truth_default(bigram):
-    """Regression (issue 12): the evaluation passed ``ground_truth=None`` explicitly, overriding the function's
+    """Regression: the evaluation passed ``ground_truth=None`` explicitly, overriding the function's
     default; now a ``None`` target is not passed, as in a test run, and a real target still is."""
 
     @reward_function
@@ -819,8 +776,8 @@ def test_the_engine_alias_is_the_same_api():
 
 # ---------------------------------------------------------------------------------------------- seed shapes, chunk_size
 def test_bug_intermediates_are_the_seeds_pairs(bigram):
-    """Regression (issue 15): the seed says ``return_intermediates=True`` gives ``(x, padding_mask)`` numpy pairs,
-    one per sample; ours gave triples, so the seed's ``x, m = row`` raised. The action mask is ``row.action_mask``."""
+    """Regression: ``return_intermediates=True`` gives one ``(x, padding_mask)`` pair of numpy arrays per sample
+    (it gave triples, so ``x, m = row`` raised). The action mask is ``row.action_mask``."""
     evaluations = [
         _Letters([(chat("Which?"), "b"), ("plain\n", "B")]),
         _Echo(["abc", "abd"]),

@@ -69,7 +69,7 @@ class _Sums(RolloutEvaluation):
 
 # ---------------------------------------------------------------------------------------------- find_accumulation_steps
 def test_bug_find_accumulation_steps_reads_the_per_device_size_as_the_seed_does():
-    """Regression (issue 15): the seed's table says ``max_batch_size`` is the largest *per-device* batch size, so
+    """Regression: in the Evaluation API ``max_batch_size`` is the largest *per-device* batch size, so
     (1000, 32, 2) is 25 rows per device x 2 replicas x 20 steps = 1000. Ours treated it as the global size and
     returned (20, 50) and (32, 3) for (96, 32, 4)."""
     find = Evaluation.find_accumulation_steps
@@ -211,8 +211,8 @@ def test_from_trainer_accepts_a_job_or_an_evaluator(random_gpt, tmp_path):
 
 
 def test_bug_from_trainer_takes_the_seeds_positional_config(random_gpt, tmp_path):
-    """Regression (issue 15): the seed's ``from_trainer(trainer, cfg)`` put ``cfg`` into ``evaluations`` and
-    failed with AttributeError. The second positional argument is the config, as the seed writes it."""
+    """Regression: the API's ``from_trainer(trainer, cfg)`` put ``cfg`` into ``evaluations`` and
+    failed with AttributeError. The second positional argument is the config, as the API has it."""
     cfg = EvaluatorConfig(evaluations=[_Ppl()], results_dir=tmp_path)
     evaluator = Evaluator.from_trainer(random_gpt, cfg)
     assert evaluator.inference is random_gpt and evaluator.config.evaluations == cfg.evaluations
@@ -257,7 +257,7 @@ def test_from_checkpoint_keyword_form(random_gpt, tmp_path):
 
 
 def test_bug_from_checkpoint_in_the_seeds_positional_form(random_gpt, tmp_path):
-    """Regression (issue 15): the seed's ``from_checkpoint(suffix, spec, runtime_cfg, resume) -> (evaluator,
+    """Regression: the API's ``from_checkpoint(suffix, spec, runtime_cfg, resume) -> (evaluator,
     config)``; ours took ``(path, evaluations)`` and returned the evaluator alone, so ``evaluator, cfg = ...``
     failed."""
     import jax

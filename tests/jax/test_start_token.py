@@ -217,7 +217,7 @@ def test_rollouts_equal_transformers_generate_from_its_tokenizers_ids(checkpoint
 
 @pytest.mark.parametrize("convention", CONVENTIONS)
 def test_bug_teacher_forcing_and_greedy_rollouts_read_the_same_context(checkpoints, convention):
-    """Regression (issue 15): scoring put end-of-text in front of every text while rollouts read the bare prompt,
+    """Regression: scoring put end-of-text in front of every text while rollouts read the bare prompt,
     so on the shipped model teacher-forced answers were 0.000 right while greedy ones were 0.937. Under one
     convention the argmax given the prompt and a greedy continuation are the same thing: teacher-forcing
     ``prompt + greedy continuation`` predicts exactly that continuation, for every prompt."""

@@ -153,7 +153,7 @@ def test_the_model_declares_the_start_token_it_was_trained_with(adder, adder_dir
 
 
 def test_bug_teacher_forced_and_greedy_accuracy_agree(adder, adder_dir):
-    """Regression (issue 15): scoring read every text after ``<|endoftext|>`` while rollouts read the bare prompt,
+    """Regression: scoring read every text after ``<|endoftext|>`` while rollouts read the bare prompt,
     and the model had been trained bare: teacher-forced answers were 0.000 right while greedy ones were 0.937.
     Now one convention, the trained one, for both: they agree within a few points."""
     problems = _heldout(adder_dir)
@@ -173,7 +173,7 @@ def _optimal_nll(prompt: str) -> float:
 def test_problem_perplexity_is_close_to_what_the_task_allows(adder, adder_dir):
     """The demo's perplexity, per token over every character of ``"a+b=sum"`` (each after the start token), is a
     number a person can check: the operands are random, so no model can beat the entropy of the data; a trained
-    one comes close to it. Regression (issue 15): 1.756e5 before, above the 257-token vocabulary."""
+    one comes close to it. Regression: 1.756e5 before, above the 257-token vocabulary."""
     problems = _heldout(adder_dir)
     samples = _Problems(problems).evaluate_samples(adder)
     tokens = [len(p["prompt"]) + len(p["answer"]) for p in problems]

@@ -1,6 +1,6 @@
 """Hand-written CPU kernels, built on first use and called from jit-compiled programs through XLA's FFI.
 
-Four kernels (bench/RESULTS.md, issue 19):
+Four kernels (measured in bench/RESULTS.md):
 
 - :func:`decode_attention`, the attention of one new token per row over its KV cache, which XLA's CPU backend
   runs at ~20 GB/s where the machine streams 27 GB/s on one core, and :func:`decode_attention_update`, the same

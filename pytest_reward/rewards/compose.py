@@ -25,10 +25,10 @@ from ._common import metric
 
 __all__ = ["combine", "composite_reward"]
 
-RewardFn = Callable[..., Any]
+RewardCallable = Callable[..., Any]
 
 
-def _component_name(fn: RewardFn) -> str:
+def _component_name(fn: RewardCallable) -> str:
     name = getattr(fn, "__name__", None)
     if not name or name == "<lambda>":
         raise ValueError(f"Component {fn!r} has no usable name: pass it through components={{'name': fn}}.")
@@ -36,10 +36,10 @@ def _component_name(fn: RewardFn) -> str:
 
 
 def _resolve(
-    weights: Mapping[Any, float] | None, components: Mapping[str, RewardFn] | None
-) -> list[tuple[str, RewardFn, float]]:
+    weights: Mapping[Any, float] | None, components: Mapping[str, RewardCallable] | None
+) -> list[tuple[str, RewardCallable, float]]:
     """``[(metric name, function, weight)]`` from either form, with every mistake reported by name."""
-    resolved: list[tuple[str, RewardFn, float]] = []
+    resolved: list[tuple[str, RewardCallable, float]] = []
     named = dict(components or {})
     for name, fn in named.items():
         if not callable(fn):
@@ -72,7 +72,7 @@ def _resolve(
     return resolved
 
 
-def _call(fn: RewardFn, messages: Any, ground_truth: Any, kwargs: dict[str, Any]) -> EvaluateResult:
+def _call(fn: RewardCallable, messages: Any, ground_truth: Any, kwargs: dict[str, Any]) -> EvaluateResult:
     result = fn(messages=messages, ground_truth=ground_truth, **kwargs)
     if inspect.isawaitable(result):
         close = getattr(result, "close", None)
@@ -89,7 +89,7 @@ def _call(fn: RewardFn, messages: Any, ground_truth: Any, kwargs: dict[str, Any]
 
 
 def _run(
-    parts: list[tuple[str, RewardFn, float]],
+    parts: list[tuple[str, RewardCallable, float]],
     messages: Any,
     ground_truth: Any,
     kwargs: dict[str, Any],
@@ -141,12 +141,12 @@ def _run(
 def combine(
     weights: Mapping[Any, float] | None = None,
     *,
-    components: Mapping[str, RewardFn] | None = None,
+    components: Mapping[str, RewardCallable] | None = None,
     name: str = "combined_reward",
     component_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
     include_submetrics: bool = False,
     normalize: bool = True,
-) -> RewardFn:
+) -> RewardCallable:
     """A reward function that runs each component and reports it as a metric; score = weighted mean.
 
     ``weights``: ``{reward_fn: weight}`` (metric name = the function's ``__name__``) and/or
@@ -178,7 +178,7 @@ def composite_reward(
     messages: list[Message] | list[dict[str, Any]],
     ground_truth: Any = None,
     *,
-    components: Mapping[str, RewardFn] | None = None,
+    components: Mapping[str, RewardCallable] | None = None,
     weights: Mapping[Any, float] | None = None,
     component_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
     include_submetrics: bool = False,

@@ -57,7 +57,7 @@ __all__ = [
     "BaselineError",
     "Comparison",
     "ProbeChange",
-    "Rule",
+    "CompareRule",
     "SampleDelta",
     "SampleRef",
     "Storage",
@@ -746,7 +746,9 @@ def probe_regressions(changes: Iterable[ProbeChange]) -> list[str]:
 
 
 @dataclass(frozen=True)
-class Rule:
+class CompareRule:
+    """A ``--reward-compare-fail`` rule: a drop of ``name`` (mean, pass_rate, sample) beyond ``tolerance`` fails."""
+
     name: str
     tolerance: float
 
@@ -754,9 +756,9 @@ class Rule:
         return f"{self.name}:{self.tolerance:g}"
 
 
-def parse_rules(texts: Iterable[str], source: str = "--reward-compare-fail") -> list[Rule]:
+def parse_rules(texts: Iterable[str], source: str = "--reward-compare-fail") -> list[CompareRule]:
     """Parse ``mean:0.02,pass_rate:0.05,sample:0.3`` (comma or space separated, repeatable)."""
-    rules: list[Rule] = []
+    rules: list[CompareRule] = []
     for text in texts:
         for part in text.replace(",", " ").split():
             name, sep, value = part.partition(":")
@@ -772,7 +774,7 @@ def parse_rules(texts: Iterable[str], source: str = "--reward-compare-fail") -> 
                 ) from None
             if not tol >= 0:
                 raise BaselineError(f"{source}: tolerance of {name} must be ≥ 0, got {value}")
-            rules.append(Rule(name, tol))
+            rules.append(CompareRule(name, tol))
     return rules
 
 
@@ -842,7 +844,7 @@ def _sample_rule(comp: Comparison, tol: float, strict: bool) -> str | None:
 _RULES = {"mean": _mean_rule, "pass_rate": _pass_rate_rule, "sample": _sample_rule}
 
 
-def evaluate_rules(comparisons: list[Comparison], rules: list[Rule], *, strict: bool) -> list[str]:
+def evaluate_rules(comparisons: list[Comparison], rules: list[CompareRule], *, strict: bool) -> list[str]:
     """One message per violated rule and group; under ``strict``, one more per group where fewer than half of
     the current samples pair with the baseline's."""
     failures: list[str] = []

@@ -26,6 +26,8 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_text",
     "clean_leftovers",
+    "pid_alive",
+    "remove_dead_owners",
     "replace_directory",
     "staging_directory",
 ]
@@ -79,7 +81,8 @@ def _sibling(target: Path, kind: str) -> Path:
     return target.parent / f".{target.name}.{kind}-{os.getpid()}"
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one of another user counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -89,13 +92,28 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def remove_dead_owners(directory: Path, prefix: str) -> None:
+    """Remove the directories ``<prefix><pid>-*`` in ``directory`` (this user's) whose owning process is gone: what
+    runs ended by SIGKILL or ``os._exit`` left behind, which nothing else would ever remove."""
+    for path in directory.glob(f"{prefix}*"):
+        pid = path.name[len(prefix) :].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid() or pid_alive(int(pid)):
+            continue
+        try:
+            if not path.is_dir() or path.stat().st_uid != os.getuid():
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def clean_leftovers(target: Path) -> None:
     """Remove what killed writers of ``target`` left beside it; if one was killed between the two renames of the
     fallback swap (no ``target``, its previous version parked beside it), put the previous version back."""
     for kind in (_OLD, _STAGING):
         for path in sorted(target.parent.glob(f".{target.name}.{kind}-*")):
             pid = path.name.rsplit("-", 1)[-1]
-            if not pid.isdigit() or (_alive(int(pid)) and int(pid) != os.getpid()):
+            if not pid.isdigit() or (pid_alive(int(pid)) and int(pid) != os.getpid()):
                 continue
             if kind == _OLD and not target.exists():
                 os.rename(path, target)  # the previous complete set, back in place

@@ -89,3 +89,37 @@ def test_programs_a_reward_left_running_end_with_the_run(project):
     _workers, children = _pids(project)
     assert len(children) == 4
     assert all(_gone(pid) for pid in children), "a program a reward started outlived the run"
+
+
+
+def test_a_later_run_removes_the_rows_a_killed_run_left(project, tmp_path):
+    """A run ended by SIGKILL leaves its rows directory in the temp dir; the next run that writes rows removes it
+    (and only directories whose owning process is gone)."""
+    project.file("rewards.py", SPAWNS)
+    project.jsonl("s.jsonl", [{"id": f"s{i}", "messages": msgs("q", "a")} for i in range(200)])
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp), "REWARD_SLEEP": "60"}
+    args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--reward-samples", "s.jsonl",
+            "--reward-granularity", "file", "--reward-report", "out"]  # fmt: skip
+    killed = subprocess.Popen(args, cwd=project.path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not list((project.path / "pids").glob("*")):
+            time.sleep(0.1)
+        assert list((project.path / "pids").glob("*")), "the run should be scoring by now"
+    finally:
+        killed.kill()
+        killed.wait()
+    (left,) = tmp.glob("pytest-reward-rows-*")
+    alive = tmp / f"pytest-reward-rows-{os.getpid()}-held"  # a live run's: kept
+    alive.mkdir()
+    unnamed = tmp / "pytest-reward-rows-x1y2"  # not named by a pid: not ours to judge
+    unnamed.mkdir()
+    project.jsonl("s.jsonl", [{"id": "s0", "messages": msgs("q", "a")}])
+    proc = subprocess.run(args, cwd=project.path, env={**env, "REWARD_SLEEP": "0"}, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert not left.exists()
+    assert alive.exists() and unnamed.exists()
+    assert sorted(p.name for p in tmp.glob("pytest-reward-rows-*")) == sorted([alive.name, unnamed.name])

@@ -310,9 +310,14 @@ class RewardSession:
             value = self.config.workerinput.get("reward_parts_dir")  # type: ignore[attr-defined]
             self.parts_dir = Path(value) if value else None
         elif self.settings.needs_rows:
+            import os
             import tempfile
 
-            self.parts_dir = Path(tempfile.mkdtemp(prefix="pytest-reward-rows-"))
+            from ..atomic import remove_dead_owners
+
+            # Named by this process: a later run removes what a killed one left (its pid is gone).
+            remove_dead_owners(Path(tempfile.gettempdir()), _ROWS_PREFIX)
+            self.parts_dir = Path(tempfile.mkdtemp(prefix=f"{_ROWS_PREFIX}{os.getpid()}-"))
 
     def open_rows_part(self, function: str, file: str) -> IO[str] | None:
         if self.parts_dir is None:
@@ -346,6 +351,9 @@ class RewardSession:
             import shutil
 
             shutil.rmtree(self.parts_dir, ignore_errors=True)
+
+
+_ROWS_PREFIX = "pytest-reward-rows-"
 
 
 class _RayXdistHooks:

@@ -19,7 +19,7 @@ _LAZY = {
     "FunctionCall": "reward.models",
     "RewardOutput": "reward.models",
     "MetricRewardOutput": "reward.models",
-    "reward_function": "api",
+    "reward_function": "reward.decorator",
     "is_reward_function": "reward.decorator",
     "probe": "probes",
     "ProbeSample": "probes",
@@ -74,7 +74,6 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .api import reward_function
     from .errors import (
         BaselineError,
         BundleError,
@@ -94,7 +93,7 @@ if TYPE_CHECKING:  # pragma: no cover
         UsageError,
     )
     from .probes import ProbeSample, probe
-    from .reward.decorator import is_reward_function
+    from .reward.decorator import is_reward_function, reward_function
     from .reward.models import (
         EvaluateResult,
         FunctionCall,
@@ -113,6 +112,7 @@ if TYPE_CHECKING:  # pragma: no cover
 # finder below answers only for these names. It comes first on ``sys.meta_path``: a moved package's old name must
 # not let the path finder load its submodules a second time under old names.
 _MOVED = {
+    "pytest_reward.api": "pytest_reward.reward.decorator",
     "pytest_reward.aggregate": "pytest_reward.run.fold",
     "pytest_reward.baseline": "pytest_reward.run.baseline",
     "pytest_reward.call": "pytest_reward.reward.call",

@@ -14,6 +14,7 @@ import pytest
 
 # The flat layout's module paths (0.1.0), and where each module lives now.
 OLD_PATHS = {
+    "pytest_reward.api": "pytest_reward.reward.decorator",
     "pytest_reward.aggregate": "pytest_reward.run.fold",
     "pytest_reward.baseline": "pytest_reward.run.baseline",
     "pytest_reward.call": "pytest_reward.reward.call",

@@ -403,7 +403,17 @@ def _wrap(func: Callable[..., Any], spec: RewardSpec) -> Callable[..., Any]:
     wrapper._reward_function_requirements = list(spec.requirements)  # type: ignore[attr-defined]
     wrapper._reward_function_mode = spec.mode  # type: ignore[attr-defined]
     wrapper._reward_function_resources = spec.resources  # type: ignore[attr-defined]
+    wrapper.deploy = functools.partial(_deploy, wrapper)  # type: ignore[attr-defined]
     return wrapper
+
+
+def _deploy(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> str:
+    """``fn.deploy(name=..., target=..., samples=...)``, reward-kit's method: test ``fn`` on its samples in a pytest
+    session and deploy it only if green (:func:`pytest_reward.plugin.deploy_function.deploy_function`). The one
+    import of this package from the pytest layer above it, made only when a function is deployed."""
+    from ..plugin.deploy_function import deploy_function
+
+    return deploy_function(fn, *args, **kwargs)
 
 
 def reward_function(
@@ -418,6 +428,8 @@ def reward_function(
 
     ``mode``: ``"pointwise"`` (one conversation → one ``EvaluateResult``) or ``"batch"`` (lists in, a list out).
     ``id``: a stable name for deployment. ``requirements``: pip requirement strings shipped with deploy bundles.
+    The function gets reward-kit's ``.deploy(name=..., target=..., samples=...)`` method, which tests it with
+    pytest and deploys it only if green.
     """
 
     def decorate(func: F) -> F:

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple, dataclass_transform
 
 import pytest
 
-from ..data.formats import directory_files, is_samples_file
+from ..data.formats import DatasetError, directory_files, is_samples_file
 from ..data.samples import not_a_regular_file
 from ..data.sources import check_dataset, parse_fields
 from ..judge.gates import GateError, Gates, parse_quantile_text, validate_marker
@@ -242,7 +242,10 @@ def _expand_samples(values: tuple[str, ...], base: Path) -> tuple[Path, ...]:
                 raise pytest.UsageError(f"--reward-samples {value}: no file matches this pattern")
         else:
             path = Path(pattern)
-            saved = directory_files(path) if path.is_dir() else None
+            try:
+                saved = directory_files(path) if path.is_dir() else None
+            except DatasetError as exc:  # a save_to_disk directory missing a split or a shard it lists
+                raise pytest.UsageError(f"--reward-samples {value}: {exc}") from None
             if saved is not None:
                 for f in saved:
                     out.setdefault(f.resolve(), None)

@@ -11,7 +11,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import pytest
 
-from ..data.formats import directory_files, is_samples_file
+from ..data.formats import DatasetError, directory_files, is_samples_file
 from .options import Settings
 
 if TYPE_CHECKING:
@@ -53,7 +53,11 @@ class RewardSession:
             if is_samples_file(path.name) and path.is_file():
                 self.explicit_files.add(path.resolve())
             elif path.is_dir():  # e.g. a datasets save_to_disk directory: its Arrow files
-                self.explicit_files.update(f.resolve() for f in directory_files(path) or ())
+                try:
+                    files = directory_files(path) or ()
+                except DatasetError as exc:  # a split or a shard it lists is missing
+                    raise pytest.UsageError(f"{arg}: {exc}") from None
+                self.explicit_files.update(f.resolve() for f in files)
 
     @property
     def owned_dirs(self) -> tuple[Path, ...]:

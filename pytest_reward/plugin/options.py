@@ -442,7 +442,7 @@ class Settings:
         "reward_max_line_bytes",
         "int",
         8 * 1024 * 1024,
-        "Longest accepted JSONL line in bytes; longer lines are reported as errors.",
+        "Longest accepted JSONL line in bytes, and largest slime pack sample as JSON; larger ones are errors.",
         check=at_least(1024),
     )
     executor: str = option(

@@ -369,12 +369,13 @@ class Settings:
         "reward_sample_fields",
         "args",
         (),
-        "Which column of a Parquet / Arrow samples file is what: TARGET=column or TARGET=column.field (targets: "
+        "Which column of a samples file (Parquet / Arrow, slime pack, JSONL line) is what: TARGET=column or "
+        "TARGET=column.field (targets: "
         "messages, prompt, response, ground_truth, id, or a keyword argument); without it, verl's and TRL's "
         "schemas are recognised. A function's marker sample_fields={...} replaces it for that function.",
         check=_sample_fields,
     )
-    """(target, dotted column path) for Parquet / Arrow samples files."""
+    """(target, dotted column path) for the rows of samples files (JSONL lines included)."""
     defaults: Gates = parts(
         _default_gates,
         threshold=Option(

@@ -56,7 +56,7 @@ class SamplesFormat:
     check: Callable[[Path], str | None] = _no_problem
     """Why the file cannot be read at all (naming it), or None: asked before a file is collected."""
     fields: bool = False
-    """Whether a field mapping applies to its rows (a JSONL line's keys are its fields)."""
+    """Whether a field mapping applies to its rows (ini ``reward_sample_fields``, a marker's ``sample_fields=``)."""
     files: Callable[[Path], list[Path] | None] | None = None
     """A directory format: the files a directory stands for, in order; None when it is not one;
     :class:`DatasetError` naming what is missing when it is one but incomplete."""

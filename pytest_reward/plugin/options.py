@@ -54,7 +54,7 @@ class Option:
 
     flag: str | None
     ini: str | None
-    kind: str  # "float", "int", "str", "path", "paths", "args", "choice", "bool"
+    kind: str  # "float", "int", "str", "path", "paths", "args", "lines" (ini: one per line), "choice", "bool"
     default: Any
     """As pytest and the README show it; the ``Settings`` field's default is this, in the field's type."""
     help: str
@@ -334,10 +334,12 @@ class Settings:
     )
     fn_specs: tuple[str, ...] = option(
         "--reward-fn",
-        None,
-        "str",
+        "reward_functions",
+        "lines",
         (),
-        "Use only this reward function: path.py::name or package.module:name (repeatable).",
+        "Use only this reward function: path.py::name or package.module:name; a trainer's function with its "
+        "style first, STYLE:path.py::name (STYLE: trl, trl-standard, verl, openrlhf, slime, slime-group). "
+        "Repeatable; in ini one per line (paths relative to the rootdir), replaced by the flag.",
         metavar="SPEC",
         append=True,
     )
@@ -811,8 +813,8 @@ def register(parser: pytest.Parser) -> None:
                 kwargs["metavar"] = opt.metavar
             group.addoption(opt.flag, **kwargs)
         if opt.ini:
-            ini_type = {"args": "args", "bool": "bool"}.get(opt.kind, "string")
-            if opt.kind == "args":
+            ini_type = {"args": "args", "lines": "linelist", "bool": "bool"}.get(opt.kind, "string")
+            if opt.kind in ("args", "lines"):
                 default: Any = list(opt.default)
             elif opt.kind == "bool":
                 default = opt.default

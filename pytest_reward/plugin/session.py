@@ -102,6 +102,8 @@ class RewardSession:
             # Named samples files meet every reward function of the project.
             roots.append(config.rootpath)
         roots = list(dict.fromkeys(p.resolve() for p in roots))
+        # the specs come from --reward-fn, else from ini reward_functions
+        from_flag = bool(config.getoption("reward_fn", default=None))
         opts = DiscoveryOptions(
             roots=roots,
             rootdir=config.rootpath,
@@ -110,6 +112,8 @@ class RewardSession:
             python_files=tuple(config.getini("python_files")),
             norecursedirs=tuple(config.getini("norecursedirs")),
             fn_specs=self.settings.fn_specs,
+            fn_source="--reward-fn" if from_flag else "ini reward_functions",
+            fn_base=None if from_flag else config.rootpath,  # ini entries: relative to the rootdir
             defaults=self.settings.defaults,
             invocation_dir=config.invocation_params.dir,
             test_modules=not light,

@@ -11,6 +11,7 @@ list of ``{role, content}`` structs, ``ability``, ``reward_model`` struct with `
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -21,6 +22,11 @@ from pytest_reward.data.samples import Sample, SampleError  # noqa: E402
 from pytest_reward.data.sources import DatasetError, read_samples  # noqa: E402
 
 from .conftest import msgs  # noqa: E402
+
+try:  # imported once, here: pytester's teardown forgets modules a test imports, and datasets cannot load twice
+    import datasets
+except ImportError:  # pragma: no cover - datasets is in the dev extra
+    datasets = None
 
 VERL = """
     def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
@@ -255,6 +261,29 @@ def test_datasets_save_to_disk_directories_as_samples(project):
     result.stdout.fnmatch_lines(["*data-00000-of-00001.arrow::ends_with_truth?row-2? FAILED*"])
     result = project.run("dd", "--reward-threshold", "0.5")  # a DatasetDict: every split
     result.assert_outcomes(passed=2, failed=2)
+
+
+def test_a_datasetdict_missing_a_split_or_a_shard_is_a_usage_error_naming_it(project):
+    if datasets is None:
+        pytest.fail("datasets is not installed: it is in the dev extra, pip install -e '.[dev]'")
+    project.file("test_reward.py", STANDARD)
+    ds = datasets.Dataset.from_list([{"prompt": "2+2=", "completion": "4", "ground_truth": "4"}])
+    for name in ("no_split", "no_state", "no_shard"):
+        datasets.DatasetDict({"train": ds, "test": ds}).save_to_disk(str(project.path / name))
+    shutil.rmtree(project.path / "no_split" / "test")
+    (project.path / "no_state" / "test" / "state.json").unlink()
+    (project.path / "no_shard" / "test" / "data-00000-of-00001.arrow").unlink()
+    for name, says in (
+        ("no_split", "split 'test' (listed in dataset_dict.json) is missing*name them: *no_split?train"),
+        ("no_state", "split 'test' (listed in dataset_dict.json) has no state.json*"),
+        ("no_shard", "split 'test': shard data-00000-of-00001.arrow (listed in *state.json) is missing"),
+    ):
+        for args, given in (((name,), name), (("--reward-samples", name), f"--reward-samples {name}")):
+            result = project.run(*args)
+            assert result.ret == pytest.ExitCode.USAGE_ERROR, (args, result.stdout.str())
+            result.stderr.fnmatch_lines([f"*{given}: *{name}: {says}*"])
+    result = project.run("no_split/train")  # the split that is there, named as the message says
+    result.assert_outcomes(passed=1)
 
 
 def test_replay_tolerance_holds_in_worker_processes(project):

@@ -12,14 +12,16 @@ again as a zip holding a plain pickle, without torch.
 from __future__ import annotations
 
 import io
+import json
 import pickle
+import time
 import zipfile
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_reward.data.samples import Sample, SampleError
+from pytest_reward.data.samples import MAX_DEPTH, Sample, SampleError
 from pytest_reward.data.sources import DatasetError, Opaque, load_pack, read_samples
 
 CHATML = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 6*7?<|im_end|>\n<|im_start|>assistant\n"
@@ -270,3 +272,95 @@ def test_a_malformed_pack_is_a_usage_error_and_a_bad_sample_a_row_error(project)
     result.assert_outcomes(passed=1, failed=2)
     result.stdout.fnmatch_lines(["*ok.pt:row 1: no column 'response'*"])
     result.stdout.fnmatch_lines(["*ok.pt:row 2: sample 2 is str, not a dict*"])
+
+
+# --- hostile packs: what a pack can cost is bounded ---------------------------------------------------------------
+
+
+def laughs(levels: int, copies: int = 10) -> list:
+    """A list of ``copies`` references to one list of ``copies`` references to ... ``levels`` deep: a few hundred
+    bytes pickled, ``copies ** levels`` strings as a tree."""
+    value: list = ["ha"]
+    for _ in range(levels):
+        value = [value] * copies
+    return value
+
+
+@pytest.mark.parametrize("save", [torch_save, plain_save])
+def test_shared_references_expanding_past_the_cap_fail_their_sample_at_once(tmp_path, save):
+    records = samples()[:3]
+    records[0]["metadata"] = {"laughs": laughs(9)}  # 10**9 strings as a tree
+    cycle: list = []
+    cycle.append(cycle)
+    records[2]["metadata"] = {"self": cycle}
+    save(tmp_path / "bomb.pt", {"rollout_id": 0, "samples": records})
+    assert (tmp_path / "bomb.pt").stat().st_size < 4096
+    start = time.perf_counter()
+    bomb, good, looped = list(read_samples(tmp_path / "bomb.pt"))
+    assert time.perf_counter() - start < 1.0
+    assert isinstance(bomb, SampleError) and bomb.location == "bomb.pt:row 1"
+    assert bomb.message.startswith("'metadata' expands to more than 8 MiB as JSON")
+    assert "per-sample cap of 8 MiB (ini reward_max_line_bytes)" in bomb.message
+    assert isinstance(good, Sample) and good.messages[-1]["content"] == "It is 41"
+    assert isinstance(looped, SampleError) and "'metadata' holds itself" in looped.message
+    # the cap is the JSONL line cap: raised, the same sample fits when it is small enough
+    records[0]["metadata"] = {"laughs": laughs(4)}  # 10**4 strings, about 60 kB as JSON
+    save(tmp_path / "small.pt", {"rollout_id": 0, "samples": records[:1]})
+    (err,) = list(read_samples(tmp_path / "small.pt", max_line_bytes=16 * 1024))
+    assert isinstance(err, SampleError) and "over the per-sample cap of 0.015625 MiB" in err.message
+    (sample,) = list(read_samples(tmp_path / "small.pt"))
+    assert isinstance(sample, Sample) and len(json.dumps(sample.kwargs["metadata"])) > 16 * 1024
+
+
+def test_a_large_pack_with_shared_objects_is_read_whole(tmp_path):
+    shared = {"source": "gsm8k", "tests": [f"assert f({i}) == {i}" for i in range(2000)]}
+    long = "x" * (2 * 2**20)  # one 2 MiB response, named by every sample
+    records = [slime_sample(i, "What is 6*7?", long, "42", 1.0, metadata=shared) for i in range(200)]
+    plain_save(tmp_path / "big.pt", {"rollout_id": 0, "samples": records})
+    got = list(read_samples(tmp_path / "big.pt"))
+    assert len(got) == 200 and all(isinstance(s, Sample) for s in got)
+
+
+def test_nesting_past_the_depth_limit_fails_its_sample(tmp_path):
+    deep: list = []
+    for _ in range(MAX_DEPTH + 5):
+        deep = [deep]
+    records = samples()[:2]
+    records[1]["label"] = deep
+    plain_save(tmp_path / "deep.pt", {"rollout_id": 0, "samples": records})
+    good, bad = list(read_samples(tmp_path / "deep.pt"))
+    assert isinstance(good, Sample)
+    assert (
+        isinstance(bad, SampleError) and f"'label' is nested more than {MAX_DEPTH} levels deep" in bad.message
+    )
+
+
+def test_a_pickle_asking_for_a_huge_bytearray_allocates_nothing(tmp_path):
+    class Huge:
+        def __reduce__(self):
+            return (bytearray, (10**13,))
+
+    records = samples()[:1]
+    records[0]["metadata"] = {"blob": Huge()}
+    (tmp_path / "huge.pt").write_bytes(pickle.dumps({"rollout_id": 0, "samples": records}, protocol=4))
+    with pytest.raises(DatasetError, match=r"huge.pt: not a readable slime rollout pack .*bytearray\(int\)"):
+        load_pack(tmp_path / "huge.pt")
+    records[0]["metadata"] = {"blob": bytearray(b"\x00\x01")}  # as pickle writes a real one: still read
+    for protocol in (3, 5):
+        (tmp_path / "ok.pt").write_bytes(
+            pickle.dumps({"rollout_id": 0, "samples": records}, protocol=protocol)
+        )
+        (raw,) = load_pack(tmp_path / "ok.pt")
+        assert raw["metadata"]["blob"] == bytearray(b"\x00\x01")
+
+
+def test_a_hostile_pack_in_a_run_fails_one_row_and_scores_the_rest(project):
+    project.file("rm.py", RM)
+    records = samples()[:2]
+    records[0]["metadata"] = {"laughs": laughs(9)}
+    torch_save(project.path / "bomb.pt", {"rollout_id": 0, "samples": records})
+    start = time.perf_counter()
+    result = project.run("bomb.pt", "--reward-fn", "slime:rm.py::custom_rm", "-v")
+    assert time.perf_counter() - start < 30
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*bomb.pt:row 1: 'metadata' expands to more than 8 MiB as JSON*"])

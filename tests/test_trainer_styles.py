@@ -391,3 +391,68 @@ def test_verl_file_granularity_outcomes_are_those_of_the_threaded_path(project, 
     assert fast[1]["failures"] == ([] if gate else ["score 0.2 < threshold 0.5"])
     assert "OverflowError" in fast[4]["error"] and "KeyError: '1'" in fast[5]["error"]
     assert fast[6]["metrics"] == {"acc": 1.0} and fast[6]["reason"] == "pred='x'"
+
+
+# --- naming trainer functions in ini, and a misspelt prefix ---------------------------------------------------------
+
+TRL_LEN = """
+    def short(prompts, completions, **kwargs):
+        return [float(len(c[0]["content"]) < 9) for c in completions]
+"""
+
+
+def test_trainer_functions_listed_in_ini_reward_functions(project):
+    project.file("my_reward.py", VERL)
+    project.file("rewards/trl_reward.py", TRL_LEN)
+    project.jsonl("data/s.jsonl", ROWS)
+    project.file(
+        "pytest.ini",
+        """
+        [pytest]
+        reward_functions =
+            verl:my_reward.py::compute_score
+            trl:rewards/trl_reward.py::short
+        """,
+    )
+    (project.path / "sub").mkdir()
+    with pytest.MonkeyPatch.context() as mp:  # ini paths are relative to the rootdir, wherever pytest starts
+        mp.chdir(project.path / "sub")
+        result = project.run("../data/s.jsonl", "--reward-threshold", "0.5", "-v")
+    result.assert_outcomes(passed=3, failed=1)
+    result.stdout.fnmatch_lines(["*s.jsonl::compute_score?wrong? FAILED*"])
+    # --reward-fn replaces the ini list
+    result = project.run("data/s.jsonl", "--reward-fn", "trl:rewards/trl_reward.py::short", "-v")
+    result.assert_outcomes(passed=2)
+
+
+@pytest.mark.parametrize("where", ["flag", "ini"])
+def test_a_misspelt_style_prefix_names_the_prefixes_and_the_closest(project, where):
+    project.file("my_reward.py", VERL)
+    project.jsonl("s.jsonl", ROWS)
+    spec = "verll:my_reward.py::compute_score"
+    if where == "ini":
+        project.file("pytest.ini", f"[pytest]\nreward_functions = {spec}\n")
+        result, source = project.run("s.jsonl"), "ini reward_functions"
+    else:
+        result, source = project.run("s.jsonl", "--reward-fn", spec), "--reward-fn"
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            f"*{source} {spec}: unknown style prefix 'verll': did you mean verl:my_reward.py::compute_score? "
+            "(the prefixes: trl, trl-standard, verl, openrlhf, slime, slime-group)"
+        ]
+    )
+    result = project.run("s.jsonl", "--reward-fn", "verl:my_reward.py::compute_score")  # the suggestion works
+    result.assert_outcomes(passed=2)
+
+
+def test_the_option_help_names_every_style_prefix():
+    from pytest_reward.plugin.options import OPTIONS
+    from pytest_reward.trainers.styles import STYLES, unknown_prefix
+
+    (fn_option,) = [o for o in OPTIONS if o.flag == "--reward-fn"]
+    assert fn_option.ini == "reward_functions"
+    assert f"STYLE: {', '.join(STYLES)})" in fn_option.help
+    # a word that cannot be a style prefix, or a spec written without one, is left to the other errors
+    assert unknown_prefix("my_reward.py::f") is None and unknown_prefix("pkg.mod:f") is None
+    assert unknown_prefix("verl:my_reward.py::f") is None and unknown_prefix("pkg:f") is None

@@ -1,5 +1,5 @@
 """Field mappings: which column of a row is what, for the formats whose rows are not our own records (Parquet,
-Arrow, trainer packs).
+Arrow, trainer packs, and the JSONL lines of a trainer's schema or read with a mapping).
 
 A mapping is ``{target: dotted.path}`` (ini ``reward_sample_fields``, ``TARGET=dotted.path``; a function's marker
 ``sample_fields={...}`` replaces it for that function), laid over the first preset whose columns the file has:
@@ -21,7 +21,16 @@ from typing import Any
 from ..errors import SampleFormatError
 from ..reward.chat import conversation
 
-__all__ = ["TARGETS_NEVER_FORWARDED", "fields_key", "mapping_for", "parse_fields", "presets", "record"]
+__all__ = [
+    "TARGETS_NEVER_FORWARDED",
+    "fields_key",
+    "forwarded_columns",
+    "map_row",
+    "mapping_for",
+    "parse_fields",
+    "presets",
+    "record",
+]
 
 TARGETS_NEVER_FORWARDED = ("messages", "prompt")
 
@@ -88,6 +97,22 @@ def mapping_for(columns: list[str], fields: dict[str, str] | None) -> tuple[dict
         mapping.pop("prompt", None)
     mapping.update(fields)
     return mapping, None
+
+
+def forwarded_columns(columns: Sequence[str], mapping: dict[str, str]) -> list[str]:
+    """The columns passed to the function as they are: those the mapping neither reads nor names as a target
+    (``messages`` and ``prompt`` never)."""
+    consumed = {p.split(".", 1)[0] for p in mapping.values()}
+    return [c for c in columns if c not in consumed and c not in mapping and c not in TARGETS_NEVER_FORWARDED]
+
+
+def map_row(row: dict[str, Any], fields: dict[str, str] | None) -> dict[str, Any]:
+    """One row as a record, through the preset that fits its columns and ``fields`` over it (what a JSONL line of
+    a trainer's schema goes through); ``SampleFormatError`` when nothing fits or the row lacks a mapped path."""
+    mapping, problem = mapping_for(list(row), fields)
+    if problem is not None:
+        raise SampleFormatError(problem)
+    return record(row, mapping, forwarded_columns(list(row), mapping))
 
 
 _ABSENT: Any = object()

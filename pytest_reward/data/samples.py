@@ -5,6 +5,11 @@ A line is a JSON object with ``messages`` (a list of ``{"role", "content", ...}`
 ``ground_truth`` or ``ground_truth_for_eval`` (forwarded as ``ground_truth``), ``expect`` (the golden expectation
 for this sample). Every other key is forwarded to the reward function as a keyword argument.
 
+A line in a trainer's schema is read as the same row of a dataset would be (:func:`.fields.map_row`): TRL's
+``prompt`` with ``completion`` (strings or lists of messages), a ``prompt`` that is a list of messages. With a field
+mapping (ini ``reward_sample_fields``, a marker's ``sample_fields=``) every line goes through it, except the rows of
+a verl rollout dump, which have a shape of their own.
+
 The reader never holds more than one line in memory: files are read in binary, line by line, with a size cap
 (lines over it are reported, not loaded). UTF-8 with or without BOM; CRLF line ends; blank lines skipped.
 
@@ -27,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SampleFormatError
+from .fields import map_row
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
@@ -511,7 +517,19 @@ def _deeper_than(value: Any, limit: int) -> bool:
 _TOO_DEEP = f"nested more than {MAX_DEPTH} levels deep (arrays and objects inside each other)"
 
 
-def _read_line(text: str, path: Path, lineno: int) -> Sample | SampleError:
+def _foreign(record: dict[str, Any], fields: dict[str, str] | None) -> bool:
+    """Whether a line is read through a field mapping (:func:`.fields.map_row`): with ``fields``, every line but a
+    verl dump row; without, a line of TRL's schema (``prompt`` and ``completion``, or ``prompt`` as messages)."""
+    if "messages" in record:
+        return bool(fields)
+    if "prompt" not in record:
+        return bool(fields) and not ("input" in record and "output" in record)
+    return bool(fields) or "completion" in record or type(record["prompt"]) is list
+
+
+def _read_line(
+    text: str, path: Path, lineno: int, fields: dict[str, str] | None = None
+) -> Sample | SampleError:
     """One decoded, validated line, or the ``SampleError`` that says what is wrong with it."""
     try:
         record = _decode(text)
@@ -525,6 +543,8 @@ def _read_line(text: str, path: Path, lineno: int) -> Sample | SampleError:
     if text.count("[") + text.count("{") > MAX_DEPTH and _deeper_than(record, MAX_DEPTH):
         return SampleError(path, lineno, _TOO_DEEP)
     try:
+        if type(record) is dict and (fields or "messages" not in record) and _foreign(record, fields):
+            record = map_row(record, fields)
         return parse_record(record, path, lineno)
     except SampleFormatError as exc:
         return SampleError(path, lineno, str(exc))
@@ -589,13 +609,18 @@ def _skip_rest_of_line(fh: Any, chunk: int = 1 << 20) -> int:
 
 
 def iter_samples(
-    path: str | os.PathLike[str], *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, keys: bool = True
+    path: str | os.PathLike[str],
+    *,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    keys: bool = True,
+    fields: dict[str, str] | None = None,
 ) -> Iterator[Sample | SampleError]:
     """Yield a ``Sample`` or a ``SampleError`` for every non-blank line of ``path``, streaming. A path that is not
     a regular file (a FIFO, a socket, a device) is one ``SampleError`` at line 1, and is not read.
 
     Each sample's key and response hash are taken as it is read (``Sample.key``: duplicates numbered in file
-    order); ``keys=False`` skips them, for a run that stores no per-sample data (the key is then empty)."""
+    order); ``keys=False`` skips them, for a run that stores no per-sample data (the key is then empty).
+    ``fields``: the field mapping the lines are read with (see the module's docstring)."""
     path = Path(path)
     keyed = _Keys() if keys else _no_keys
     fh, kind = _open_regular(path)
@@ -631,7 +656,7 @@ def iter_samples(
                     path, lineno, f"not valid UTF-8 (byte {exc.start}: {raw[exc.start : exc.start + 1]!r})"
                 )
                 continue
-            yield keyed(_read_line(text, path, lineno))
+            yield keyed(_read_line(text, path, lineno, fields))
 
 
 def count_lines(path: str | os.PathLike[str], *, limit: int | None = None) -> int:

@@ -57,8 +57,7 @@ def __getattr__(name: str) -> Any:
 
 
 def uses_fields(path: str | os.PathLike[str]) -> bool:
-    """Whether a field mapping applies to ``path`` (a dataset or a slime pack; a JSONL file's keys are its
-    fields)."""
+    """Whether a field mapping applies to ``path`` (every built-in file format: JSONL, a dataset, a slime pack)."""
     return format_for(path).fields
 
 

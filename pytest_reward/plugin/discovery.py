@@ -2,8 +2,9 @@
 
 Sources, in this order:
 
-1. ``--reward-fn path.py::name`` / ``--reward-fn package.module:name`` — when given, only these functions are
-   used (the flag selects);
+1. ``--reward-fn path.py::name`` / ``--reward-fn package.module:name`` (or ``STYLE:`` before either, for a
+   trainer's function), else ini ``reward_functions`` (one such entry per line, paths relative to the rootdir) —
+   when given, only these functions are used (they select);
 2. modules matching ini ``reward_modules`` (default ``main.py reward_*.py *_reward.py rewards.py``) under the
    scan roots, imported under a dotted name derived from their path relative to the rootdir, so two
    ``main.py`` files never shadow each other;
@@ -92,30 +93,44 @@ class DiscoveryOptions:
     """Search test modules too (off for the light discovery of runs that did not ask for reward testing)."""
     owned_dirs: tuple[Path, ...] = ()
     """Directories the plugin owns (stored runs, the report): never searched (:func:`written_by_plugin`)."""
+    fn_source: str = "--reward-fn"
+    """Where ``fn_specs`` come from, as errors name it: ``--reward-fn`` or ``ini reward_functions``."""
+    fn_base: Path | None = None
+    """The directory a ``path.py::name`` spec is relative to: the rootdir for ini entries, else (None) the
+    invocation directory."""
 
 
 def _load_fn_spec(spec: str, opts: DiscoveryOptions, config: Any) -> tuple[Any, ModuleType | None]:
-    from ..trainers.styles import StyleError, native_reward, split_style
+    from ..trainers.styles import StyleError, native_reward, split_style, unknown_prefix
 
+    given = f"{opts.fn_source} {spec}"
     style, spec_ = split_style(spec)
-    obj, module = _load_object(spec_, spec, opts, config)
+    if style is None:
+        typo = unknown_prefix(spec)  # verll:path.py::f: a misspelt style, not a file named "verll:path.py"
+        if typo is not None and not ("::" in spec and _spec_file(spec, opts).is_file()):
+            raise DiscoveryError(f"{given}: {typo}")
+    obj, module = _load_object(spec_, given, opts, config)
     if style is None and is_reward_function(obj):
         return obj, module
     # A trainer-native function: its style named by the prefix, or read from its parameters (see styles.py).
     try:
         return native_reward(obj, style), module
     except StyleError as exc:
-        raise DiscoveryError(f"--reward-fn {spec}: {exc}") from None
+        raise DiscoveryError(f"{given}: {exc}") from None
+
+
+def _spec_file(spec: str, opts: DiscoveryOptions) -> Path:
+    """The file of a ``path.py::name`` spec."""
+    path = Path(spec.partition("::")[0])
+    return path if path.is_absolute() else (opts.fn_base or opts.invocation_dir) / path
 
 
 def _load_object(spec: str, given: str, opts: DiscoveryOptions, config: Any) -> tuple[Any, ModuleType]:
     if "::" in spec:
         file_part, _, attr = spec.partition("::")
-        path = Path(file_part)
-        if not path.is_absolute():
-            path = (opts.invocation_dir / path).resolve()
+        path = _spec_file(spec, opts).resolve()
         if not path.is_file():
-            raise DiscoveryError(f"--reward-fn {given}: file {file_part} not found")
+            raise DiscoveryError(f"{given}: file {file_part} not found")
         if _matches(path, opts.python_files) and config is not None:
             from .pytest_private import import_test_module
 
@@ -127,16 +142,16 @@ def _load_object(spec: str, given: str, opts: DiscoveryOptions, config: Any) -> 
         module = importlib.import_module(mod_name)
     else:
         raise DiscoveryError(
-            f"--reward-fn {given}: expected path.py::name or package.module:name (a trainer-native function: "
+            f"{given}: expected path.py::name or package.module:name (a trainer-native function: "
             f"STYLE:path.py::name)"
         )
     obj: Any = module
     for part in attr.split("."):
         if not hasattr(obj, part):
-            raise DiscoveryError(f"--reward-fn {given}: {module.__name__} has no attribute {attr!r}")
+            raise DiscoveryError(f"{given}: {module.__name__} has no attribute {attr!r}")
         obj = getattr(obj, part)
     if not callable(obj):
-        raise DiscoveryError(f"--reward-fn {given}: {attr!r} is {type(obj).__name__}, not a function")
+        raise DiscoveryError(f"{given}: {attr!r} is {type(obj).__name__}, not a function")
     return obj, module
 
 
@@ -272,7 +287,7 @@ def discover(opts: DiscoveryOptions, config: Any = None) -> Registry:
 
     if opts.fn_specs:
         registry.selected = True
-        registry.looked_in = [f"--reward-fn {s}" for s in opts.fn_specs]
+        registry.looked_in = [f"{opts.fn_source} {s}" for s in opts.fn_specs]
         for spec in opts.fn_specs:
             try:
                 obj, module = _load_fn_spec(spec, opts, config)
@@ -281,7 +296,7 @@ def discover(opts: DiscoveryOptions, config: Any = None) -> Registry:
                 registry.import_errors.append((where, msg))
                 continue
             except Exception as exc:
-                registry.import_errors.append((f"--reward-fn {spec}", _format_import_error(exc)))
+                registry.import_errors.append((f"{opts.fn_source} {spec}", _format_import_error(exc)))
                 continue
             add(obj, module, spec.rpartition(":")[2])
         _disambiguate(registry.functions, opts.rootdir)

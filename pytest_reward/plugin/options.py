@@ -20,7 +20,7 @@ from typing import Any, NamedTuple, dataclass_transform
 
 import pytest
 
-from ..data.formats import directory_files, is_samples_file
+from ..data.formats import DatasetError, directory_files, is_samples_file
 from ..data.samples import not_a_regular_file
 from ..data.sources import check_dataset, parse_fields
 from ..judge.gates import GateError, Gates, Marker, parse_quantile_text, validate_marker
@@ -54,7 +54,7 @@ class Option:
 
     flag: str | None
     ini: str | None
-    kind: str  # "float", "int", "str", "path", "paths", "args", "choice", "bool"
+    kind: str  # "float", "int", "str", "path", "paths", "args", "lines" (ini: one per line), "choice", "bool"
     default: Any
     """As pytest and the README show it; the ``Settings`` field's default is this, in the field's type."""
     help: str
@@ -242,7 +242,10 @@ def _expand_samples(values: tuple[str, ...], base: Path) -> tuple[Path, ...]:
                 raise pytest.UsageError(f"--reward-samples {value}: no file matches this pattern")
         else:
             path = Path(pattern)
-            saved = directory_files(path) if path.is_dir() else None
+            try:
+                saved = directory_files(path) if path.is_dir() else None
+            except DatasetError as exc:  # a save_to_disk directory missing a split or a shard it lists
+                raise pytest.UsageError(f"--reward-samples {value}: {exc}") from None
             if saved is not None:
                 for f in saved:
                     out.setdefault(f.resolve(), None)
@@ -331,10 +334,12 @@ class Settings:
     )
     fn_specs: tuple[str, ...] = option(
         "--reward-fn",
-        None,
-        "str",
+        "reward_functions",
+        "lines",
         (),
-        "Use only this reward function: path.py::name or package.module:name (repeatable).",
+        "Use only this reward function: path.py::name or package.module:name; a trainer's function with its "
+        "style first, STYLE:path.py::name (STYLE: trl, trl-standard, verl, openrlhf, slime, slime-group). "
+        "Repeatable; in ini one per line (paths relative to the rootdir), replaced by the flag.",
         metavar="SPEC",
         append=True,
     )
@@ -366,12 +371,13 @@ class Settings:
         "reward_sample_fields",
         "args",
         (),
-        "Which column of a Parquet / Arrow samples file is what: TARGET=column or TARGET=column.field (targets: "
+        "Which column of a samples file (Parquet / Arrow, slime pack, JSONL line) is what: TARGET=column or "
+        "TARGET=column.field (targets: "
         "messages, prompt, response, ground_truth, id, or a keyword argument); without it, verl's and TRL's "
         "schemas are recognised. A function's marker sample_fields={...} replaces it for that function.",
         check=_sample_fields,
     )
-    """(target, dotted column path) for Parquet / Arrow samples files."""
+    """(target, dotted column path) for the rows of samples files (JSONL lines included)."""
     defaults: Gates = parts(
         _default_gates,
         threshold=Option(
@@ -439,7 +445,7 @@ class Settings:
         "reward_max_line_bytes",
         "int",
         8 * 1024 * 1024,
-        "Longest accepted JSONL line in bytes; longer lines are reported as errors.",
+        "Longest accepted JSONL line in bytes, and largest slime pack sample as JSON; larger ones are errors.",
         check=at_least(1024),
     )
     executor: str = option(
@@ -807,8 +813,8 @@ def register(parser: pytest.Parser) -> None:
                 kwargs["metavar"] = opt.metavar
             group.addoption(opt.flag, **kwargs)
         if opt.ini:
-            ini_type = {"args": "args", "bool": "bool"}.get(opt.kind, "string")
-            if opt.kind == "args":
+            ini_type = {"args": "args", "lines": "linelist", "bool": "bool"}.get(opt.kind, "string")
+            if opt.kind in ("args", "lines"):
                 default: Any = list(opt.default)
             elif opt.kind == "bool":
                 default = opt.default

@@ -11,7 +11,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import pytest
 
-from ..data.formats import directory_files, is_samples_file
+from ..data.formats import DatasetError, directory_files, is_samples_file
 from .options import Settings
 
 if TYPE_CHECKING:
@@ -53,7 +53,11 @@ class RewardSession:
             if is_samples_file(path.name) and path.is_file():
                 self.explicit_files.add(path.resolve())
             elif path.is_dir():  # e.g. a datasets save_to_disk directory: its Arrow files
-                self.explicit_files.update(f.resolve() for f in directory_files(path) or ())
+                try:
+                    files = directory_files(path) or ()
+                except DatasetError as exc:  # a split or a shard it lists is missing
+                    raise pytest.UsageError(f"{arg}: {exc}") from None
+                self.explicit_files.update(f.resolve() for f in files)
 
     @property
     def owned_dirs(self) -> tuple[Path, ...]:
@@ -98,6 +102,8 @@ class RewardSession:
             # Named samples files meet every reward function of the project.
             roots.append(config.rootpath)
         roots = list(dict.fromkeys(p.resolve() for p in roots))
+        # the specs come from --reward-fn, else from ini reward_functions
+        from_flag = bool(config.getoption("reward_fn", default=None))
         opts = DiscoveryOptions(
             roots=roots,
             rootdir=config.rootpath,
@@ -106,6 +112,8 @@ class RewardSession:
             python_files=tuple(config.getini("python_files")),
             norecursedirs=tuple(config.getini("norecursedirs")),
             fn_specs=self.settings.fn_specs,
+            fn_source="--reward-fn" if from_flag else "ini reward_functions",
+            fn_base=None if from_flag else config.rootpath,  # ini entries: relative to the rootdir
             defaults=self.settings.defaults,
             invocation_dir=config.invocation_params.dir,
             test_modules=not light,

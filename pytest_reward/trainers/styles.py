@@ -32,15 +32,18 @@ Results: a number is the score; a dict's ``score`` (verl) or ``rewards`` entry (
 entries are metrics when they are numbers in [0, 1], named in the reason otherwise; ``None`` (TRL's "cannot score
 this one") is an invalid result whose reason says so.
 
-Naming a style: ``--reward-fn verl:path.py::compute_score`` (or ``verl:package.module:name``). The prefix cannot
-clash with the ``package.module:name`` form: what follows it is itself a full ``--reward-fn`` value. Without a
+Naming a style: ``--reward-fn verl:path.py::compute_score`` (or ``verl:package.module:name``; in ini, one such entry
+per line of ``reward_functions``). The prefix cannot clash with the ``package.module:name`` form: what follows it is
+itself a full ``--reward-fn`` value; a word in its place that is no style's is a typo (:func:`unknown_prefix`). Without a
 prefix, a function that is not a ``@reward_function`` is recognised by its parameters (:func:`detect_style`) when
 exactly one style fits; otherwise the error names the candidates and the prefix to write.
 """
 
 from __future__ import annotations
 
+import difflib
 import inspect
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -58,6 +61,7 @@ __all__ = [
     "detect_style",
     "native_reward",
     "split_style",
+    "unknown_prefix",
 ]
 
 #: Every trainer's styles, in the order of :data:`TRAINERS` (each declared in its trainer's module).
@@ -77,6 +81,21 @@ def split_style(spec: str) -> tuple[str | None, str]:
     if sep and head in STYLES and rest and ":" in rest and not rest.startswith(":"):
         return head, rest
     return None, spec
+
+
+_PREFIX = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
+
+
+def unknown_prefix(spec: str) -> str | None:
+    """What is wrong with ``spec`` when it is written ``WORD:path.py::name`` (or ``WORD:package.module:name``) and
+    ``WORD`` is no style: the prefixes there are, and the closest one's spelling of ``spec``. None when ``spec`` is
+    not written so, or names a style."""
+    head, sep, rest = spec.partition(":")
+    if not sep or head in STYLES or not _PREFIX.fullmatch(head) or ":" not in rest or rest.startswith(":"):
+        return None
+    close = difflib.get_close_matches(head.lower(), STYLES, n=1)
+    hint = f": did you mean {close[0]}:{rest}?" if close else ""
+    return f"unknown style prefix {head!r}{hint} (the prefixes: {', '.join(STYLES)})"
 
 
 # --- detection -----------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import SampleFormatError
-from ..fields import TARGETS_NEVER_FORWARDED, mapping_for, record
+from ..fields import forwarded_columns, mapping_for, record
 from ..samples import DEFAULT_MAX_LINE_BYTES, NO_GROUND_TRUTH, Sample, SampleError, keyer, parse_record
 from .registry import DatasetError, SamplesFormat
 
@@ -47,9 +47,7 @@ def read_dataset(
     if problem is not None:
         yield SampleError(path, 1, problem, unit="row")
         return
-    consumed = {p.split(".", 1)[0] for p in mapping.values()}
-    forwarded = [c for c in columns if c not in consumed and c not in TARGETS_NEVER_FORWARDED]
-    forwarded = [c for c in forwarded if c not in mapping]
+    forwarded = forwarded_columns(columns, mapping)
     row = 0
     plans: dict[Any, _Plan | None] = {}
     for batch in batches:

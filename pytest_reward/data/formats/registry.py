@@ -56,9 +56,10 @@ class SamplesFormat:
     check: Callable[[Path], str | None] = _no_problem
     """Why the file cannot be read at all (naming it), or None: asked before a file is collected."""
     fields: bool = False
-    """Whether a field mapping applies to its rows (a JSONL line's keys are its fields)."""
+    """Whether a field mapping applies to its rows (ini ``reward_sample_fields``, a marker's ``sample_fields=``)."""
     files: Callable[[Path], list[Path] | None] | None = None
-    """A directory format: the files a directory stands for, in order; None when it is not one."""
+    """A directory format: the files a directory stands for, in order; None when it is not one;
+    :class:`DatasetError` naming what is missing when it is one but incomplete."""
 
     def __post_init__(self) -> None:
         if self.files is None and not (self.suffixes and self.read is not None and self.count is not None):
@@ -127,7 +128,8 @@ def format_for(path: str | os.PathLike[str]) -> SamplesFormat:
 
 def directory_files(directory: str | os.PathLike[str]) -> list[Path] | None:
     """The samples files a directory stands for (a ``datasets`` ``save_to_disk`` directory: its Arrow files), as
-    the first directory format that knows it gives them; None when none does."""
+    the first directory format that knows it gives them; None when none does. One that is a format's directory
+    but lacks a part it lists raises :class:`DatasetError` naming the part."""
     for fmt in FORMATS:
         if fmt.files is not None:
             found = fmt.files(Path(directory))

@@ -1,11 +1,21 @@
 """slime's debug rollout data (``--save-debug-rollout-data``): a ``torch.save`` of ``{"rollout_id", "samples"}``,
 read without torch and without running anything of the file; each sample is a row, mapped with slime's preset
-(:mod:`pytest_reward.trainers.slime`) and the field mapping (:mod:`..fields`)."""
+(:mod:`pytest_reward.trainers.slime`) and the field mapping (:mod:`..fields`).
+
+What a pack costs is bounded by its size, though a pickle can name one object from many places: 500 bytes can
+hold a list of ten copies of a list of ten copies of ... (a "billion laughs"), cheap to unpickle but a billion
+values to anything that walks it as a tree (hashing, JSON, copies). Before a sample is used, the columns it reads
+are measured with shared objects counted at every place they appear, without expanding them
+(:func:`_expanded_size`): a sample over the per-sample cap (ini ``reward_max_line_bytes``, as for a JSONL line),
+nested deeper than :data:`~..samples.MAX_DEPTH` or holding itself is an error for that row. The unpickler builds
+only plain values from what the file holds (``bytearray(n)``, an allocation the file does not hold, is refused).
+"""
 
 from __future__ import annotations
 
 import collections
 import io
+import itertools
 import math
 import os
 import pickle
@@ -16,19 +26,29 @@ from typing import Any
 
 from ...errors import SampleFormatError
 from ..fields import record
-from ..samples import DEFAULT_MAX_LINE_BYTES, Sample, SampleError, keyer, parse_record
+from ..samples import DEFAULT_MAX_LINE_BYTES, MAX_DEPTH, Sample, SampleError, keyer, parse_record
 from .registry import DatasetError, SamplesFormat
 
 __all__ = ["FORMAT", "Opaque", "load_pack"]
 
 #: The pickle of ``torch.save``'s legacy (non-zip) format starts with this number (``torch/serialization.py``).
 _TORCH_MAGIC = 0x1950A86A20F9469CFC6C
+
+
+def _bytearray(*args: Any) -> bytearray:
+    """``bytearray`` from the bytes the file holds (how pickle writes one); never ``bytearray(n)``, which would
+    allocate ``n`` bytes the file does not hold."""
+    if args and not isinstance(args[0], (bytes, bytearray, str)):
+        raise pickle.UnpicklingError(f"bytearray({type(args[0]).__name__}) is not plain data")
+    return bytearray(*args)
+
+
 _PLAIN = {
     ("collections", "OrderedDict"): collections.OrderedDict,
     ("builtins", "set"): set,
     ("builtins", "frozenset"): frozenset,
     ("builtins", "complex"): complex,
-    ("builtins", "bytearray"): bytearray,
+    ("builtins", "bytearray"): _bytearray,
 }
 _OPAQUE: dict[str, type] = {}
 
@@ -123,10 +143,90 @@ def _recorded(reward: Any) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _pack_samples(path: Path, *, keys: bool, fields: dict[str, str] | None) -> Iterator[Sample | SampleError]:
+_CONTAINERS = (dict, list, tuple, set, frozenset)
+_END: Any = object()
+
+
+def _leaf_size(value: Any) -> int:
+    """At least how many bytes ``value`` (not a container) takes as JSON."""
+    if isinstance(value, (str, bytes, bytearray)):
+        return len(value) + 2
+    return 4 if value is None or isinstance(value, bool) else 1
+
+
+def _items(value: Any) -> Iterator[Any]:
+    return itertools.chain.from_iterable(value.items()) if isinstance(value, dict) else iter(value)
+
+
+def _expanded_size(value: Any, limit: int, memo: dict[int, tuple[int, int]]) -> int | str:
+    """At least how many bytes ``value`` takes as JSON, an object counted at every place it appears; or why it
+    cannot be written at all ("holds itself", "nested deeper ..."). Time: one visit per object (``memo``: size and
+    height of each container measured, by id), whatever the expanded size; stops once past ``limit``."""
+    if not isinstance(value, _CONTAINERS):
+        return _leaf_size(value)
+    # one frame per open container: [container, its children, size so far, tallest child]
+    frames: list[list[Any]] = [[value, _items(value), 1 + 2 * len(value), 0]]
+    open_ids = {id(value)}
+    while frames:
+        top = frames[-1]
+        child = next(top[1], _END)
+        if child is _END:  # measured: its size and height go to its parent
+            frames.pop()
+            open_ids.discard(id(top[0]))
+            size, height = memo[id(top[0])] = (top[2], top[3] + 1)
+            if not frames:
+                return int(size)
+        elif not isinstance(child, _CONTAINERS):
+            size, height = _leaf_size(child), 0
+        elif id(child) in open_ids:
+            return "holds itself (a container inside its own contents)"
+        elif id(child) in memo:  # met before: its size again, not a second visit
+            size, height = memo[id(child)]
+            if len(frames) + height > MAX_DEPTH:
+                return f"is nested more than {MAX_DEPTH} levels deep"
+        elif len(frames) >= MAX_DEPTH:
+            return f"is nested more than {MAX_DEPTH} levels deep"
+        else:
+            frames.append([child, _items(child), 1 + 2 * len(child), 0])
+            open_ids.add(id(child))
+            continue
+        parent = frames[-1]
+        parent[2] += size
+        parent[3] = max(parent[3], height)
+        if parent[2] > limit:  # the open containers' sizes only grow: the whole is past it too
+            return int(parent[2])
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _too_large(values: dict[str, Any], columns: list[str], limit: int) -> str | None:
+    """Why the ``columns`` a sample reads cannot be used (over ``limit`` bytes as JSON, a shared object counted at
+    each place; holding itself; too deep), naming the column; None when they can."""
+    memo: dict[int, tuple[int, int]] = {}
+    total = 0
+    for column in columns:
+        size = _expanded_size(values[column], limit - total, memo)
+        if isinstance(size, str):
+            return f"{column!r} {size}"
+        total += size
+        if total > limit:
+            return (
+                f"{column!r} expands to more than {_mib(limit)} as JSON (an object named from many places counts "
+                f"at each), over the per-sample cap of {_mib(limit)} (ini reward_max_line_bytes)"
+            )
+    return None
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:g} MiB"
+
+
+def _pack_samples(
+    path: Path, *, keys: bool, fields: dict[str, str] | None, max_bytes: int = DEFAULT_MAX_LINE_BYTES
+) -> Iterator[Sample | SampleError]:
     """A slime pack's samples, each as a row: ``prompt`` (a chat-templated string or a list of messages) and
     ``response`` (the text) become the conversation, ``label`` the ground truth, ``reward`` the recorded score;
-    ``index``, ``group_index``, ``status`` and ``metadata`` are passed as keywords."""
+    ``index``, ``group_index``, ``status`` and ``metadata`` are passed as keywords. A sample whose columns read
+    take more than ``max_bytes`` as JSON is an error for its row (:func:`_too_large`)."""
     # trainers/ imports pydantic: only once a pack is read, never when the plugin loads
     from ...trainers import slime
 
@@ -142,6 +242,11 @@ def _pack_samples(path: Path, *, keys: bool, fields: dict[str, str] | None) -> I
     for row, values in enumerate(records, 1):
         if not isinstance(values, dict):
             yield SampleError(path, row, f"sample {row} is {type(values).__name__}, not a dict", unit="row")
+            continue
+        read = [c for c in dict.fromkeys((*consumed, *forwarded)) if c in values]
+        problem = _too_large(values, read, max_bytes)
+        if problem is not None:
+            yield SampleError(path, row, problem, unit="row")
             continue
         try:
             mapped = record(values, mapping, [c for c in forwarded if c in values])
@@ -170,7 +275,7 @@ def _read(
     keys: bool = True,
     fields: dict[str, str] | None = None,
 ) -> Iterator[Sample | SampleError]:
-    return _pack_samples(Path(path), keys=keys, fields=fields)
+    return _pack_samples(Path(path), keys=keys, fields=fields, max_bytes=max_line_bytes)
 
 
 def _count(path: str | os.PathLike[str], *, limit: int | None = None) -> int:

@@ -219,8 +219,8 @@ def test_a_bad_return_is_an_invalid_result_naming_it(project):
 
 
 def test_verl_numbers_as_scores_in_both_granularities(project):
-    """A plain number is the score (an int too); a non-finite one is invalid; a bool or a string is not a number;
-    errored samples count as 0 in the mean."""
+    """A plain number is the score (an int too); a non-finite one is invalid; a bool is 1.0 or 0.0, as verl writes
+    it into its float reward tensor; a string is not a number; errored samples count as 0 in the mean."""
     project.file(
         "my_reward.py",
         """
@@ -244,7 +244,7 @@ def test_verl_numbers_as_scores_in_both_granularities(project):
             "--reward-granularity", granularity, "--reward-threshold", "0.5",
         )  # fmt: skip
         (group,) = result.groups
-        assert (group.summary.n, group.summary.mean) == (6, pytest.approx((1 + 0.75) / 6)), granularity
+        assert (group.summary.n, group.summary.mean) == (6, pytest.approx((1 + 1 + 0.75) / 6)), granularity
         by_id = {o.sample_id: o for o in group.outcomes}
         assert sorted(by_id) == sorted(answers)  # the file item keeps its 20 worst: all of them here
         assert by_id["int"].score == 1.0 and by_id["other"].score == 0.75
@@ -253,9 +253,99 @@ def test_verl_numbers_as_scores_in_both_granularities(project):
             "the reward function reported an error: score is nan",
         ]
         assert by_id["inf"].score is None and by_id["inf"].verdict == "fail"
-        assert "compute_score's score is bool True: expected a number" in by_id["bool"].error
+        assert by_id["bool"].score == 1.0 and by_id["bool"].error is None
         assert "compute_score's score is str '1': expected a number" in by_id["text"].error
         assert by_id["other"].response == "other"
+
+
+BAD_RETURNS = """
+    import numpy as np
+
+    def trl_generator(prompts, completions, **kwargs):
+        return (1.0 for _ in completions)
+
+    def openrlhf_empty_logs(queries, prompts, labels):
+        return {"rewards": [1.0], "extra_logs": {"acc": []}}
+
+    def openrlhf_bool(queries, prompts, labels):
+        return {"rewards": [True]}
+
+    def verl_array(data_source, solution_str, ground_truth, extra_info=None):
+        return np.array([0.5, 0.5])
+
+    def verl_dict_array(data_source, solution_str, ground_truth, extra_info=None):
+        return {"score": np.array([1.0, 0.0])}
+
+    async def slime_group_generator(args, samples, **kwargs):
+        return (1.0 for _ in samples)
+"""
+
+
+@pytest.mark.parametrize(
+    ("spec", "error"),
+    [
+        (
+            "trl:bad.py::trl_generator",
+            "trl_generator's return is a generator: "
+            "expected a list of floats or None, one per completion (return a list)",
+        ),
+        (
+            "openrlhf:bad.py::openrlhf_empty_logs",
+            "openrlhf_empty_logs's extra_logs['acc'] has 0 values for 1 query: expected one per query",
+        ),
+        (
+            "openrlhf:bad.py::openrlhf_bool",
+            "openrlhf_bool's score is bool True: expected a number (OpenRLHF makes a tensor of each "
+            "reward as it is, and torch.tensor([True]) is a bool tensor: return 1.0 or 0.0)",
+        ),
+        (
+            "verl:bad.py::verl_array",
+            "verl_array's score is ndarray of shape (2,) array([0.5, 0.5]): expected a number",
+        ),
+        (
+            "verl:bad.py::verl_dict_array",
+            "verl_dict_array's score is ndarray of shape (2,) array([1., 0.]): expected a number",
+        ),
+        (
+            "slime-group:bad.py::slime_group_generator",
+            "slime_group_generator's return is a generator: "
+            "expected a list, one reward per sample (return a list)",
+        ),
+    ],
+)
+def test_a_return_the_trainer_cannot_use_is_named_with_what_was_expected(project, spec, error):
+    """Not an exception the function never raised (IndexError, ValueError, "Task got bad yield"): what it returned,
+    and what its trainer expects."""
+    project.file("bad.py", BAD_RETURNS)
+    project.jsonl("s.jsonl", ROWS[:1])
+    for granularity in ("sample", "file"):
+        result = project.result(
+            "--reward-samples", "s.jsonl", "--reward-fn", spec, "--reward-granularity", granularity
+        )  # fmt: skip
+        ((outcome,),) = [group.outcomes for group in result.groups]
+        assert error in outcome.error, granularity
+        assert outcome.verdict == "fail"
+
+
+@pytest.mark.parametrize(
+    ("style", "source"),
+    [
+        (
+            "verl",
+            "def f(data_source, solution_str, ground_truth, extra_info=None):\n    return {'score': {v}}",
+        ),
+        ("trl", "def f(prompts, completions, **kwargs):\n    return [{v} for _ in completions]"),
+        ("slime", "async def f(args, sample, **kwargs):\n    return {v}"),
+    ],
+)
+def test_a_bool_is_the_score_its_trainer_would_store(project, style, source):
+    """verl and TRL put a reward into a float tensor, as slime's group normalisation does: True is 1.0, False 0.0."""
+    rows = [{**ROWS[0], "id": "t"}, {**ROWS[0], "id": "f"}]
+    project.jsonl("s.jsonl", rows)
+    for value, expected in (("True", 1.0), ("False", 0.0)):
+        project.file("b.py", source.replace("{v}", value))
+        outcomes = project.outcomes("--reward-samples", "s.jsonl", "--reward-fn", f"{style}:b.py::f")
+        assert [(o["score"], o["error"]) for o in outcomes] == [(expected, None)] * 2, value
 
 
 def test_the_style_prefix_cannot_clash_with_package_module_name():

@@ -9,11 +9,15 @@ What goes in (see ``runtime.py`` for the layout and how it loads):
   symlink's target); a reward module outside the project comes with the modules beside it (:class:`_Freezer`).
   Nothing the plugin wrote is ever frozen: deploy bundles, stored runs, reports (``discovery.written_by_plugin``);
 * ``requirements.txt``: every ``@reward_function(requirements=[...])``, the project's ``requirements.txt`` if it
-  has one, and ``pytest-reward`` itself (the frozen modules import it);
+  has one, and ``pytest-reward`` itself pinned to the exact build that ran the tests, which the bundle carries as a
+  wheel (``wheels/``, :mod:`.wheel`; a ``--find-links ./wheels`` line, which pip reads relative to the file):
+  ``pip install -r requirements.txt`` works on a node that no package index serves pytest-reward to. A
+  ``pytest-reward`` line of the project's own is replaced by that pin (its extras kept);
 * ``manifest.json``: functions and how to import them, entry points of the adapters, the test evidence (per
   samples file: its sha256, counts, mean with its interval, pass rate, gates), commit, versions, the sha256 of
-  every file and a content hash over all of them — the version is the first 12 hex digits of that hash, so the
-  same code and evidence always give the same bundle;
+  every file and a content hash over all of them (the runtime wheel's sha256 included, recorded under
+  ``runtime`` with its exact version) — the version is the first 12 hex digits of that hash, so the same code and
+  evidence always give the same bundle;
 * generated adapters, one file per trainer (its template is in its module under ``trainers/``): ``trl.py``
   (``REWARD_FUNCS``, ``REWARD_WEIGHTS``, one function per reward, and ``*_async`` variants), ``verl.py``
   (``compute_score``), ``openrlhf_reward.py`` (``reward_func``), ``slime.py`` (``custom_rm``); ``serve.py`` /
@@ -48,6 +52,7 @@ from ..errors import BundleError
 from ..project.loading import package_base, written_by_plugin
 from ..trainers import TRAINERS
 from .runtime import BUNDLE_FORMAT, BUNDLE_VERSION, NAME_RE
+from .wheel import RuntimeWheel, describe, runtime_wheel
 
 if TYPE_CHECKING:
     from ..project.functions import RewardFn
@@ -317,7 +322,9 @@ class _Freezer:
                 self.add(relative, path)
 
 
-def _requirements(spec: BundleSpec) -> list[str]:
+def _requirements(spec: BundleSpec, runtime: RuntimeWheel) -> list[str]:
+    """The functions' requirements, the project's ``requirements.txt`` lines (not its options), and the exact
+    pytest-reward the bundle carries, in place of any other pytest-reward line (whose extras it keeps)."""
     reqs: dict[str, None] = {}
     for fn in spec.functions:
         for req in fn.spec.requirements:
@@ -328,11 +335,22 @@ def _requirements(spec: BundleSpec) -> list[str]:
             line = line.split("#", 1)[0].strip()
             if line and not line.startswith("-"):
                 reqs.setdefault(line, None)
-    if not any(re.match(r"pytest[-_]reward\b", r) for r in reqs):
-        reqs.setdefault(
-            f"pytest-reward=={spec.plugin_version}" if spec.plugin_version else "pytest-reward", None
-        )
-    return [r for r in reqs if r]
+    kept: list[str] = []
+    extras: dict[str, None] = {}
+    for req in reqs:
+        ours = _OURS.match(req)
+        if ours is None:
+            kept.append(req)
+        else:  # its extras stay (pytest-reward[serve]: the server's dependencies)
+            extras.update(dict.fromkeys(e.strip() for e in (ours.group(1) or "").split(",") if e.strip()))
+    pin = runtime.requirement
+    if extras:
+        name, _, version = pin.partition("==")
+        pin = f"{name}[{','.join(extras)}]=={version}"
+    return [*kept, pin]
+
+
+_OURS = re.compile(r"pytest[-_.]reward(?![\w.-])\s*(?:\[([^\]]*)\])?", re.IGNORECASE)
 
 
 # --- generated files -----------------------------------------------------------------------------------------
@@ -433,7 +451,8 @@ def build_bundle(
     if not NAME_RE.match(spec.name):
         raise ValueError(f"invalid bundle name {spec.name!r}")
     sources, entries, sys_path = _collect_sources(spec)
-    requirements = _requirements(spec)
+    runtime = runtime_wheel()
+    requirements = _requirements(spec, runtime)
     names = [e["name"] for e in entries]
     metric_keys = {e["name"]: e["metrics"] for e in entries}
     # The version is a hash of everything but the generated files (which depend on the version string).
@@ -441,6 +460,7 @@ def build_bundle(
     for rel in sorted(sources):
         digest.update(rel.encode() + b"\0" + _sha256_bytes(sources[rel]).encode() + b"\n")
     digest.update(json.dumps({"functions": entries, "requirements": requirements}, sort_keys=True).encode())
+    digest.update(runtime.sha256.encode())
     content_hash = digest.hexdigest()
     version = content_hash[:12]
     generated = _generated_files(spec.name, version, spec.plugin_version, names, metric_keys)
@@ -458,6 +478,7 @@ def build_bundle(
         "functions": entries,
         "sys_path": sys_path,
         "requirements": requirements,
+        "runtime": describe(runtime),
         "entry_points": {
             **{t.NAME: t.entry_point(spec.name) for t in TRAINERS},
             "serve": f"python -m {spec.name}",
@@ -476,7 +497,10 @@ def build_bundle(
     manifest_text = json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     (package_dir / "manifest.json").write_text(manifest_text, encoding="utf-8")
     (directory / "manifest.json").write_text(manifest_text, encoding="utf-8")
-    (directory / "requirements.txt").write_text("\n".join(requirements) + "\n", encoding="utf-8")
+    (directory / "wheels").mkdir()
+    (directory / "wheels" / runtime.filename).write_bytes(runtime.data)
+    lines = ["--find-links ./wheels", *requirements]  # pip reads the path relative to this file
+    (directory / "requirements.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     tarball = staging / f"{spec.name}-{version}.tar.gz"
     _write_tarball(directory, tarball)
     return BuiltBundle(spec.name, version, directory, tarball, manifest)

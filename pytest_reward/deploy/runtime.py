@@ -2,7 +2,8 @@
 
 Layout of a bundle directory ``<name>-<version>/``::
 
-    requirements.txt
+    requirements.txt              ``pip install -r`` it: the functions' requirements and the pinned runtime below
+    wheels/pytest_reward-<v>.whl  the pytest-reward that ran the tests (``deploy.wheel``)
     manifest.json                 (a copy, for tools that do not import the package)
     <name>/                       the importable package
         __init__.py               MANIFEST, FUNCTIONS {name: callable}, WEIGHTS {name: float}

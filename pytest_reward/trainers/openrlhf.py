@@ -39,6 +39,9 @@ __all__ = [
 
 NAME = "openrlhf"
 
+#: Why a bool is not a reward here: OpenRLHF makes ``torch.tensor([reward])`` of each, a bool tensor for a bool.
+_BOOL = "OpenRLHF makes a tensor of each reward as it is, and torch.tensor([True]) is a bool tensor: return 1.0 or 0.0"
+
 
 # --- in: an OpenRLHF reward_func as ours --------------------------------------------------------------------------
 
@@ -55,12 +58,18 @@ def style(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
             if "rewards" not in value:
                 raise InvalidResult(f"{name} returned a dict without 'rewards': {sorted(value)!r:.200}")
             for key, logs in (value.get("extra_logs") or {}).items():
-                extras[key] = as_list(logs, f"{name}'s extra_logs[{key!r}]")[0]
+                what = f"{name}'s extra_logs[{key!r}]"
+                values = as_list(logs, what, "a list (or a tensor) of one value per query")
+                if len(values) != 1:
+                    raise InvalidResult(
+                        f"{what} has {len(values)} values for 1 query: expected one per query"
+                    )
+                extras[key] = values[0]
             value = value["rewards"]
-        rewards = as_list(value, f"{name}'s rewards")
+        rewards = as_list(value, f"{name}'s rewards", "a list (or a tensor) of one reward per query")
         if len(rewards) != 1:
-            raise InvalidResult(f"{name} returned {len(rewards)} rewards for 1 query")
-        return trainer_result(rewards[0], extras, name, "")
+            raise InvalidResult(f"{name} returned {len(rewards)} rewards for 1 query: expected one per query")
+        return trainer_result(rewards[0], extras, name, "", bools=_BOOL)
 
     return call
 

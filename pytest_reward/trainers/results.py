@@ -3,14 +3,16 @@ response's text, a prompt string) and a trainer's return made an ``EvaluateResul
 
 Results: a number is the score; a dict's ``score`` (verl, slime) or ``rewards`` entry (OpenRLHF) is the score and
 its other entries are metrics when they are numbers in [0, 1], named in the reason otherwise; ``None`` (TRL's
-"cannot score this one") is an invalid result whose reason says so.
+"cannot score this one") is an invalid result whose reason says so. A bool is 1.0 or 0.0 where the trainer stores
+rewards in a float tensor (TRL, verl, slime's group normalisation); a return that is not what the trainer expects
+is an ``InvalidResult`` that says what it is and what was expected.
 """
 
 from __future__ import annotations
 
-import asyncio
+import inspect
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, NamedTuple
@@ -89,28 +91,52 @@ def prompt_text(prompt: Sequence[Mapping[str, Any]]) -> str:
     return render_chatml(prompt, add_generation_prompt=True)
 
 
-def _number(value: Any, what: str) -> float:
+def _shape(value: Any) -> str:
+    shape = getattr(value, "shape", None)
+    return f" of shape {tuple(shape)}" if shape is not None else ""
+
+
+def _scalar(value: Any) -> Any:
+    """A one-element tensor or numpy value as its Python scalar; ``value`` itself when it is none (several
+    elements, or no ``item`` method)."""
+    if hasattr(value, "item") and callable(value.item):
+        try:
+            return value.item()
+        except (ValueError, RuntimeError):  # numpy's and torch's answer for several elements
+            return value
+    return value
+
+
+def _number(value: Any, what: str, bools: str | None) -> float:
+    """``value`` as the float a trainer would store. ``bools``: None when the trainer takes a bool as 1.0 or 0.0,
+    else why it does not (said in the error)."""
     if value.__class__ is float or value.__class__ is int:  # the usual score (a bool's class is bool)
         return float(value)
-    if hasattr(value, "item") and callable(value.item):  # a 0-d tensor or numpy scalar
-        value = value.item()
+    value = _scalar(value)  # a 0-d tensor or numpy scalar
+    if isinstance(value, bool) and bools is None:
+        return float(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidResult(f"{what} is {type(value).__name__} {value!r:.80}: expected a number")
+        why = f" ({bools})" if isinstance(value, bool) else ""
+        raise InvalidResult(
+            f"{what} is {type(value).__name__}{_shape(value)} {value!r:.80}: expected a number{why}"
+        )
     return float(value)
 
 
-def trainer_result(score: Any, extras: Mapping[str, Any], fn_name: str, what: str) -> EvaluateResult:
-    """An ``EvaluateResult`` from a trainer's score and extras (numbers in [0, 1] → metrics; others → reason)."""
+def trainer_result(
+    score: Any, extras: Mapping[str, Any], fn_name: str, what: str, *, bools: str | None = None
+) -> EvaluateResult:
+    """An ``EvaluateResult`` from a trainer's score and extras (numbers in [0, 1] → metrics; others → reason).
+    ``bools``: see :func:`_number`."""
     if score is None:
         return EvaluateResult(
             score=0.0, is_score_valid=False, reason=f"{fn_name} returned None for this sample ({what})"
         )
-    value = _number(score, f"{fn_name}'s score")
+    value = _number(score, f"{fn_name}'s score", bools)
     metrics: dict[str, MetricResult] = {}
     other: list[str] = []
     for key, extra in extras.items():
-        if hasattr(extra, "item") and callable(extra.item):
-            extra = extra.item()
+        extra = _scalar(extra)
         if isinstance(extra, (bool, int, float)) and 0.0 <= float(extra) <= 1.0:
             metrics[str(key)] = MetricResult(score=float(extra), reason=f"{key}={extra!r}")
         else:
@@ -145,8 +171,8 @@ class ScalarStep(NamedTuple):
     """What ``direct`` returns when it does not call."""
 
 
-def scalar_or_dict(value: Any, fn_name: str) -> EvaluateResult:
-    """verl's and slime's return: a number, or a dict with ``score`` and extras."""
+def scalar_or_dict(value: Any, fn_name: str, *, bools: str | None = None) -> EvaluateResult:
+    """verl's and slime's return: a number, or a dict with ``score`` and extras. ``bools``: see :func:`_number`."""
     if value.__class__ is float or value.__class__ is int:  # trainer_result's for a number without extras
         score = float(value)
         if math.isfinite(score):
@@ -156,22 +182,26 @@ def scalar_or_dict(value: Any, fn_name: str) -> EvaluateResult:
         if "score" not in value:
             raise InvalidResult(f"{fn_name} returned a dict without 'score': {sorted(value)!r:.200}")
         extras = {k: v for k, v in value.items() if k != "score"}
-        return trainer_result(value["score"], extras, fn_name, "")
-    return trainer_result(value, {}, fn_name, "")
+        return trainer_result(value["score"], extras, fn_name, "", bools=bools)
+    return trainer_result(value, {}, fn_name, "", bools=bools)
 
 
-def as_list(value: Any, what: str) -> list[Any]:
-    """A trainer's list (or tensor, or array) as a list; ``InvalidResult`` naming ``what`` for anything else."""
+def as_list(value: Any, what: str, expected: str = "a list (or a tensor)") -> list[Any]:
+    """A trainer's list (or tensor, or array) as a list; ``InvalidResult`` naming ``what`` and what it is for
+    anything else."""
     if hasattr(value, "tolist") and callable(value.tolist):  # torch tensors, numpy arrays
         value = value.tolist()
     if not isinstance(value, (list, tuple)):
-        raise InvalidResult(f"{what} is {type(value).__name__}: expected a list (or a tensor)")
+        if inspect.isgenerator(value) or inspect.isasyncgen(value):
+            raise InvalidResult(f"{what} is a {type(value).__name__}: expected {expected} (return a list)")
+        raise InvalidResult(f"{what} is {type(value).__name__} {value!r:.80}: expected {expected}")
     return list(value)
 
 
 def awaited(value: Any) -> Any:
-    """``value``, or what it returns when it is a coroutine (run to the end here)."""
-    return run_coroutine(value) if asyncio.iscoroutine(value) else value
+    """``value``, or what it returns when it is a coroutine (run to the end here). A generator is no coroutine
+    (``asyncio.iscoroutine`` says it is one, on Python 3.11)."""
+    return run_coroutine(value) if isinstance(value, Coroutine) else value
 
 
 #: Classes of values a call can share with a sample without a copy: nothing can change them in place.

@@ -107,9 +107,13 @@ def group_style(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
             _slime_sample(m, truths[i], {k: v[i] for k, v in columns.items() if k != "ground_truth"})
             for i, m in enumerate(rollouts_messages)
         ]
-        values = as_list(awaited(fn(argparse.Namespace(), samples)), f"{name}'s return")
+        values = as_list(
+            awaited(fn(argparse.Namespace(), samples)), f"{name}'s return", "a list, one reward per sample"
+        )
         if len(values) != n:
-            raise InvalidResult(f"{name} returned {len(values)} rewards for {n} samples")
+            raise InvalidResult(
+                f"{name} returned {len(values)} rewards for {n} samples: expected one per sample"
+            )
         return [scalar_or_dict(v, name) for v in values]
 
     return call

@@ -91,9 +91,11 @@ def style(fn: Callable[..., Any], name: str, standard: bool) -> Callable[..., An
                 **kwargs,
             )
         )
-        scores = as_list(value, f"{name}'s return")
+        scores = as_list(value, f"{name}'s return", "a list of floats or None, one per completion")
         if len(scores) != n:
-            raise InvalidResult(f"{name} returned {len(scores)} rewards for {n} completions")
+            raise InvalidResult(
+                f"{name} returned {len(scores)} rewards for {n} completions: expected one per completion"
+            )
         return [
             trainer_result(
                 s, {k: v[i] for k, v in logged.items() if i < len(v)}, name, "TRL leaves it out of the reward"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import http.server
 import json
 import os
@@ -121,10 +122,15 @@ def test_green_run_ships_an_importable_bundle(project):
     ):
         assert (pkg / rel).is_file(), rel
         assert rel in manifest["files"]
+    runtime = manifest["runtime"]
+    assert re.fullmatch(r"0\.1\.0\+[0-9a-f]{12}", runtime["version"]), runtime
+    assert runtime["wheel"] == f"wheels/pytest_reward-{runtime['version']}-py3-none-any.whl"
+    assert hashlib.sha256((bundle / runtime["wheel"]).read_bytes()).hexdigest() == runtime["sha256"]
     assert (bundle / "requirements.txt").read_text().splitlines() == [
+        "--find-links ./wheels",
         "regex>=2024.1",
         "numpy>=1.26",
-        "pytest-reward==0.1.0",
+        f"pytest-reward=={runtime['version']}",
     ]
     with tarfile.open(deploy / f"{bundle.name}.tar.gz") as tar:
         assert f"{bundle.name}/demo_rewards/src/scoring/weights.py" in tar.getnames()
@@ -224,7 +230,7 @@ def test_dry_run_ships_nothing(project):
             "reward deploy: dry run: would deploy to dir:.reward/deploy",
             "bundle demo_rewards *",
             "  relevance: metrics.relevance.main:relevance  tested on samples.jsonl n=2 mean=*",
-            "  requirements: regex>=2024.1, numpy>=1.26, pytest-reward==0.1.0",
+            "  requirements: regex>=2024.1, numpy>=1.26, pytest-reward==0.1.0+*",
         ]
     )
     assert not deploy.exists()

@@ -12,6 +12,11 @@
 Reward functions are called through :class:`pytest_reward.reward.call.Reward` (``Reward.safe`` in a thread pool for sync
 functions, ``Reward.asafe`` on the event loop for async ones), so a request is scored exactly as a sample of the
 test run with the same fields. Starlette and pydantic are imported when an app is built.
+
+The event loop stays free for other requests (``/health``) whatever a request carries: a body nesting deeper than
+:data:`MAX_DEPTH` gets 400 and a batch over ``--max-batch`` samples 413; large bodies are decoded, and large
+answers built, in a worker thread (not the reward pool, which hung rewards may hold); a batch's calls are started
+a chunk at a time.
 """
 
 from __future__ import annotations
@@ -39,9 +44,19 @@ from .guard import Guard
 from .loading import ServedFunction, Target
 from .options import ServeOptions
 
-__all__ = ["create_app", "log"]
+__all__ = ["MAX_DEPTH", "create_app", "log"]
 
 log = logging.getLogger("pytest_reward.serve")
+
+MAX_DEPTH = 100
+"""Deepest nesting of lists and objects in a request body (the body itself is level 1). Copying or comparing
+deeper data would exhaust Python's recursion limit, inside the server or inside the reward function."""
+_LARGE_BODY = 64 << 10
+"""Bodies of more bytes are decoded in a worker thread."""
+_LARGE_BATCH = 256
+"""Answers for more samples are built in a worker thread."""
+_CHUNK = 64
+"""Samples whose calls are started between two yields to the event loop."""
 
 # --- JSON ----------------------------------------------------------------------------------------------------------
 
@@ -125,6 +140,54 @@ def _request_models() -> dict[str, Any]:
         label: Any = None
 
     return {"reward": RewardBody, "evaluate": EvaluateBody, "openrlhf": OpenRLHFBody, "slime": SlimeBody}
+
+
+def _too_deep(value: Any, limit: int) -> bool:
+    """Whether lists and objects nest more than ``limit`` levels in ``value`` (walked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
+
+
+def _batch_size(kind: str, data: Any) -> int:
+    """How many samples a decoded body carries (its longest list of samples; 1 for single-sample routes)."""
+    if kind != "openrlhf" or not isinstance(data, dict):
+        return 1
+    return max(
+        (len(v) for k in ("query", "prompts", "labels") if isinstance(v := data.get(k), list)), default=0
+    )
+
+
+def _decode(raw: bytes, kind: str, max_batch: int) -> tuple[Any, Any]:
+    """A body's JSON and its validated model; 400 when it nests too deep, 413 when its batch is too large, 422
+    when it is not valid JSON or not a valid request of ``kind``."""
+    from starlette.exceptions import HTTPException
+
+    too_deep = f"request body nests lists and objects deeper than {MAX_DEPTH} levels (the server's limit, counting the body itself)"
+    try:
+        data = json.loads(raw, parse_constant=_reject_constant)
+    except RecursionError:
+        raise HTTPException(400, too_deep) from None
+    except ValueError as exc:
+        raise _Invalid([_error(["body"], f"invalid JSON: {exc}", "json_invalid")]) from None
+    if isinstance(data, (dict, list)) and _too_deep(data, MAX_DEPTH):
+        raise HTTPException(400, too_deep)
+    size = _batch_size(kind, data)
+    if size > max_batch:
+        raise HTTPException(
+            413, f"a batch of {size} samples is over the server's limit of {max_batch} (--max-batch)"
+        )
+    return data, _validate(kind, data)
+
+
+async def _maybe_in_thread(large: bool, func: Callable[..., Any], *args: Any) -> Any:
+    """``func(*args)``: in a worker thread when ``large`` (so the event loop keeps serving), else here."""
+    return await asyncio.to_thread(func, *args) if large else func(*args)
 
 
 def _validate(kind: str, data: Any) -> Any:
@@ -233,13 +296,16 @@ class _Scorer:
             return out
         # Functions of one sample run at the same time: each gets its own copy of the (JSON) data.
         isolate = copy.deepcopy if len(functions) > 1 else (lambda call: call)
-        tasks = {
-            (i, name): asyncio.ensure_future(self._one(fn, isolate(call)))
-            for i, call in enumerate(calls)
-            for name, fn in functions.items()
-        }
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        tasks: dict[tuple[int, str], asyncio.Future[Any]] = {}
+        for i, call in enumerate(calls):
+            for name, fn in functions.items():
+                tasks[(i, name)] = asyncio.ensure_future(self._one(fn, isolate(call)))
+            if i % _CHUNK == _CHUNK - 1:
+                await asyncio.sleep(0)  # let other requests in between chunks of a large batch
         if tasks:
-            await asyncio.wait(tasks.values(), timeout=timeout)
+            await asyncio.wait(tasks.values(), timeout=max(0.0, deadline - loop.time()))
         for (i, name), task in tasks.items():
             if not task.done():
                 task.cancel()
@@ -313,11 +379,10 @@ def create_app(target: Target, options: ServeOptions | None = None) -> Any:
 
     async def parse(request: Request, kind: str) -> tuple[dict[str, Any], Any]:
         raw = await request.body()
-        try:
-            data = json.loads(raw, parse_constant=_reject_constant)
-        except (ValueError, RecursionError) as exc:
-            raise _Invalid([_error(["body"], f"invalid JSON: {exc}", "json_invalid")]) from None
-        return data, _validate(kind, data)
+        decoded: tuple[dict[str, Any], Any] = await _maybe_in_thread(
+            len(raw) > _LARGE_BODY, _decode, raw, kind, options.max_batch
+        )
+        return decoded
 
     def reward_kit(kind: str, fields: Callable[[dict[str, Any], Any], dict[str, Any]]) -> Callable[..., Any]:
         """The handler of ``/reward`` (``kind="reward"``) or ``/evaluate``: one sample -> ``EvaluateResult``."""
@@ -334,11 +399,18 @@ def create_app(target: Target, options: ServeOptions | None = None) -> Any:
     async def openrlhf_route(request: Request) -> Response:
         functions = scorer.functions(request.path_params.get("name"))
         data, _ = await parse(request, "openrlhf")
-        samples, problems = openrlhf.request_samples(data["query"], data.get("prompts"), data.get("labels"))
+        large = len(data["query"]) > _LARGE_BATCH
+        samples, problems = await _maybe_in_thread(
+            large, openrlhf.request_samples, data["query"], data.get("prompts"), data.get("labels")
+        )
         if problems:
             raise _Invalid([_error(["body", key], problem) for key, problem in problems])
         results = await scorer.score(functions, [_Call(messages, label) for messages, label in samples])
-        return respond(openrlhf.openrlhf_answer([scorer.rows(functions, r) for r in results]))
+
+        def answer() -> bytes:
+            return _dumps(openrlhf.openrlhf_answer([scorer.rows(functions, r) for r in results]))
+
+        return Response(await _maybe_in_thread(large, answer), media_type="application/json")
 
     async def slime_route(request: Request) -> Response:
         shape = request.query_params.get("format", "number")

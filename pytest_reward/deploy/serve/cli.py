@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 
 from ...errors import ServeError
-from .options import DEFAULT_MAX_BODY, ENV_TOKEN, ServeOptions
+from .options import DEFAULT_MAX_BATCH, DEFAULT_MAX_BODY, ENV_TOKEN, ServeOptions
 
 __all__ = ["configure"]
 
@@ -73,6 +73,13 @@ def configure(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace],
         "--max-body", type=_size, default=DEFAULT_MAX_BODY, help="largest request body, e.g. 8M (default 8M)"
     )
     parser.add_argument(
+        "--max-batch",
+        type=int,
+        default=DEFAULT_MAX_BATCH,
+        metavar="N",
+        help=f"most samples in one request (OpenRLHF's query list); more get 413 (default {DEFAULT_MAX_BATCH})",
+    )
+    parser.add_argument(
         "--max-connections", type=int, default=1024, help="concurrent connections before 503 (default 1024)"
     )
     parser.add_argument("--function", default=None, metavar="NAME", help="serve only this reward function")
@@ -91,6 +98,7 @@ def configure(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace],
                 timeout=args.timeout,
                 read_timeout=args.read_timeout,
                 max_body=args.max_body,
+                max_batch=args.max_batch,
                 threads=args.threads,
                 access_log=not args.no_access_log,
             )

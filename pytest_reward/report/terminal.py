@@ -12,7 +12,11 @@ import shutil
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from .text import visible
+
 if TYPE_CHECKING:
+    from rich.text import Text
+
     from ..run.result import GroupResult, ProbeResult, RunResult
     from .outputs import Written
 
@@ -39,6 +43,18 @@ def _verdict_style(verdict: str) -> str:
     return {"PASS": "bold green", "FAIL": "bold red", "ERROR": "bold red"}.get(verdict, "yellow")
 
 
+def _cell(text: object, style: str = "") -> Text:
+    """A table cell of data: never parsed as rich markup, its control characters made visible."""
+    from rich.text import Text
+
+    return Text(visible(text), style=style)
+
+
+def _line(tr: Any, text: str, **markup: bool) -> None:
+    """One line of the summary through pytest's writer, its data made safe for the terminal."""
+    tr.write_line(visible(text), **markup)
+
+
 def render_table(reports: Sequence[GroupResult], *, markup: bool, width: int) -> str:
     """The per-function table as text (with ANSI styles when ``markup``)."""
     from rich import box
@@ -57,15 +73,15 @@ def render_table(reports: Sequence[GroupResult], *, markup: bool, width: int) ->
         n = f"{s.n}" + (f" ({s.n_errors} err)" if s.n_errors else "")
         rate = "–" if s.pass_rate is None else f"{s.pass_rate:.1%}"
         table.add_row(
-            r.function,
-            r.file,
+            _cell(r.function),
+            _cell(r.file),
             n,
             _fmt(s.mean),
             _fmt(s.min),
             _fmt(s.p10),
             rate,
             _ci(r),
-            f"[{_verdict_style(r.verdict)}]{r.verdict}[/]",
+            _cell(r.verdict, _verdict_style(r.verdict)),
         )
     if console.measure(table, options=console.options.update_width(100_000)).maximum > width:
         # Too narrow for the table: one line per function × file (wrapping, never cutting a name or a number).
@@ -83,7 +99,7 @@ def _narrow_line(r: GroupResult, markup: bool) -> str:
         style = {"PASS": "\x1b[1;32m", "FAIL": "\x1b[1;31m", "ERROR": "\x1b[1;31m"}.get(r.verdict, "\x1b[33m")
         verdict = f"{style}{verdict}\x1b[0m"
     return (
-        f"{verdict} {r.function} on {r.file}: n={n} mean {_fmt(s.mean)} (95% CI {_ci(r)}) min {_fmt(s.min)} "
+        f"{verdict} {visible(r.function)} on {visible(r.file)}: n={n} mean {_fmt(s.mean)} (95% CI {_ci(r)}) min {_fmt(s.min)} "
         f"p10 {_fmt(s.p10)} pass rate {rate}"
     )
 
@@ -106,33 +122,37 @@ def write_summary(tr: Any, result: RunResult, written: Written, *, dist: str = "
         tr.write(render_table(reports, markup=markup, width=_terminal_width()))
         method = next((r.summary.mean_ci["method"] for r in reports if r.summary.mean_ci), None)
         if method:
-            tr.write_line(
-                f"95% CI of the mean: {method}; errored samples count as failures and as the lowest score."
+            _line(
+                tr,
+                f"95% CI of the mean: {method}; errored samples count as failures and as the lowest score.",
             )
     elif verbosity == -1:
         for r in reports:
             s = r.summary
             rate = "–" if s.pass_rate is None else f"{s.pass_rate:.1%}"
-            tr.write_line(
-                f"{r.verdict:<7} {r.function} on {r.file}: n={s.n} mean={_fmt(s.mean)} pass rate {rate}"
+            _line(
+                tr, f"{r.verdict:<7} {r.function} on {r.file}: n={s.n} mean={_fmt(s.mean)} pass rate {rate}"
             )
     if verbosity >= 0:
         for r in reports:
             ro = r.summary.rollout
             if ro and ro["n"] > 1:  # one response per prompt: pass@1 is the pass rate of the table
                 n = int(ro["n"])
-                tr.write_line(
+                _line(
+                    tr,
                     f"{r.function} on {r.file}: {n} responses per prompt: pass@1 {ro.get('pass@1', 0):.3f}, "
-                    f"pass@{n} {ro.get(f'pass@{n}', 0):.3f}, best-of-{n} mean {ro.get('best_of_n', 0):.3f}"
+                    f"pass@{n} {ro.get(f'pass@{n}', 0):.3f}, best-of-{n} mean {ro.get('best_of_n', 0):.3f}",
                 )
         if result.rollout_calls:
-            tr.write_line(
-                f"reward: rollouts: {result.rollout_calls} call(s) to the model, {result.rollout_seconds:.1f}s"
+            _line(
+                tr,
+                f"reward: rollouts: {result.rollout_calls} call(s) to the model, {result.rollout_seconds:.1f}s",
             )
             if dist == "load":
-                tr.write_line(
+                _line(
+                    tr,
                     "reward: with --dist load, workers roll out the chunks their own items need (a chunk may be "
-                    "rolled out by several); --dist loadfile keeps each samples file on one worker"
+                    "rolled out by several); --dist loadfile keeps each samples file on one worker",
                 )
     if result.probes:
         write_probes(tr, result.probes, verbosity, markup)
@@ -146,29 +166,29 @@ def write_summary(tr: Any, result: RunResult, written: Written, *, dist: str = "
         tr.write(render_probe_changes(result.probe_changes, markup=markup, width=_terminal_width()))
     for r in reports:
         for reason in r.errors[:3]:
-            tr.write_line(
-                f"ERROR {r.function} on {r.file}: an item ended without a verdict ({reason})", red=True
-            )
+            _line(tr, f"ERROR {r.function} on {r.file}: an item ended without a verdict ({reason})", red=True)
     for r, g in failed:
-        tr.write_line(f"FAIL {r.function} on {r.file}: {g.describe()}", red=True, bold=True)
+        _line(tr, f"FAIL {r.function} on {r.file}: {g.describe()}", red=True, bold=True)
     for line in result.compare_failures:
-        tr.write_line(f"FAIL {line}", red=True, bold=True)
+        _line(tr, f"FAIL {line}", red=True, bold=True)
     for line in written.errors:
-        tr.write_line(f"ERROR {line}", red=True, bold=True)
+        _line(tr, f"ERROR {line}", red=True, bold=True)
     if verbosity >= -1:
         for r, g in unevaluated:
-            tr.write_line(f"SKIP {r.function} on {r.file}: {g.describe()}", yellow=True)
+            _line(tr, f"SKIP {r.function} on {r.file}: {g.describe()}", yellow=True)
         for r in reports:
             if r.summary.n_flaky:
                 names = ", ".join(f"{o.sample_id} (sd {o.extra.get('spread', 0):.3f})" for o in r.flaky[:5])
                 more = f" and {r.summary.n_flaky - 5} more" if r.summary.n_flaky > 5 else ""
-                tr.write_line(
+                _line(
+                    tr,
                     f"FLAKY {r.function} on {r.file}: {r.summary.n_flaky} samples vary across runs by more than "
                     f"sd {settings.flaky_spread:g}: {names}{more}",
                     yellow=True,
                 )
             if r.summary.n_replayed:
-                tr.write_line(
+                _line(
+                    tr,
                     f"REPLAY {r.function} on {r.file}: {r.summary.n_replay_differ} of {r.summary.n_replayed} "
                     f"samples differ from the recorded score by more than {settings.replay_tolerance:g}",
                     yellow=bool(r.summary.n_replay_differ),
@@ -179,9 +199,9 @@ def write_summary(tr: Any, result: RunResult, written: Written, *, dist: str = "
             render_preview(reports, settings.preview, settings.seed, markup=markup, width=_terminal_width())
         )
     if written.saved_path is not None:
-        tr.write_line(f"reward: stored this run as {written.saved_path}")
+        _line(tr, f"reward: stored this run as {written.saved_path}")
     for path in written.report_paths:
-        tr.write_line(f"reward: wrote {path}")
+        _line(tr, f"reward: wrote {path}")
 
 
 def render_probes(probes: Sequence[ProbeResult], *, markup: bool, width: int) -> str:
@@ -202,18 +222,20 @@ def render_probes(probes: Sequence[ProbeResult], *, markup: bool, width: int) ->
         means = "–" if p.mean_mutated is None else f"{_fmt(p.mean_original)} → {_fmt(p.mean_mutated)}"
         broke = "–" if p.verdict in ("INFO", "SKIP", "ERROR") else str(p.broken)
         table.add_row(
-            p.function,
-            p.file,
-            p.probe,
-            p.rule,
+            _cell(p.function),
+            _cell(p.file),
+            _cell(p.probe),
+            _cell(p.rule),
             str(p.checked),
             broke,
             means,
-            f"[{_verdict_style(p.verdict)}]{p.verdict}[/]",
+            _cell(p.verdict, _verdict_style(p.verdict)),
         )
     if console.measure(table, options=console.options.update_width(100_000)).maximum > width:
         return "".join(
-            f"{p.verdict:<7} probe {p.probe} of {p.function} on {p.file} ({p.rule}): {p.checked} checked"
+            visible(
+                f"{p.verdict:<7} probe {p.probe} of {p.function} on {p.file} ({p.rule}): {p.checked} checked"
+            )
             + (f", {p.broken} broke the rule\n" if p.verdict in ("PASS", "FAIL") else "\n")
             for p in probes
         )
@@ -244,13 +266,13 @@ def write_probes(tr: Any, probes: Sequence[ProbeResult], verbosity: int, markup:
     for p in probes:
         where = f"probe {p.probe} of {p.function} on {p.file}: {_probe_line(p)}"
         if p.verdict in ("FAIL", "ERROR"):
-            tr.write_line(f"{p.verdict} {where}", red=True, bold=True)
+            _line(tr, f"{p.verdict} {where}", red=True, bold=True)
         elif verbosity >= -1 and p.verdict == "INFO":
-            tr.write_line(f"INFO {where}", cyan=True)
+            _line(tr, f"INFO {where}", cyan=True)
         elif verbosity >= -1 and p.verdict == "SKIP":
-            tr.write_line(f"SKIP {where}", yellow=True)
+            _line(tr, f"SKIP {where}", yellow=True)
         elif verbosity >= 0 and p.note:
-            tr.write_line(f"NOTE probe {p.probe} of {p.function} on {p.file}: {p.note}", yellow=True)
+            _line(tr, f"NOTE probe {p.probe} of {p.function} on {p.file}: {p.note}", yellow=True)
 
 
 def _console(markup: bool, width: int) -> Any:
@@ -262,22 +284,26 @@ def _console(markup: bool, width: int) -> Any:
         force_terminal=markup,
         no_color=not markup,
         color_system="standard" if markup else None,
+        markup=False,  # data is never markup: styles come from Text objects
         highlight=False,
         emoji=False,
     )
 
 
 def _clip(text: str | None, limit: int) -> str:
+    """One line of at most ``limit`` characters, safe for the terminal."""
     if text is None:
         return "–"
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    text = " ".join(str(text).split())
+    text = text if len(text) <= limit else text[: limit - 1] + "…"
+    return visible(text)
 
 
 def render_preview(reports: Sequence[GroupResult], n: int, seed: int, *, markup: bool, width: int) -> str:
     """``--reward-preview``: a few samples per function with their conversations, scores and reasons."""
     from rich import box
     from rich.table import Table
+    from rich.text import Text
 
     console = _console(markup, width)
     for r in reports:
@@ -285,7 +311,10 @@ def render_preview(reports: Sequence[GroupResult], n: int, seed: int, *, markup:
         if not shown:
             continue
         table = Table(
-            title=f"{r.function} on {r.file}: {len(shown)} of {r.summary.n} samples (worst first, then random; seed {seed})",
+            title=Text(
+                f"{visible(r.function)} on {visible(r.file)}: {len(shown)} of {r.summary.n} samples (worst first, "
+                f"then random; seed {seed})"
+            ),
             box=box.SIMPLE_HEAD if markup else box.ASCII2,
             show_lines=True,
             title_justify="left",
@@ -298,21 +327,20 @@ def render_preview(reports: Sequence[GroupResult], n: int, seed: int, *, markup:
         table.add_column("reason", overflow="fold", ratio=2)
         table.add_column("verdict", no_wrap=True)
         for o in shown:
-            metrics = "\n".join(f"{k} {m['score']:.3g}" for k, m in o.metrics.items()) or "–"
+            metrics = "\n".join(f"{visible(k)} {m['score']:.3g}" for k, m in o.metrics.items()) or "–"
             reason = o.reason if o.error is None else o.error
-            verdict = {"pass": "[green]pass[/]", "fail": "[red]fail[/]", "below": "[yellow]below[/]"}.get(
-                o.verdict, o.verdict
-            )
+            style = {"pass": "green", "fail": "red", "below": "yellow"}.get(o.verdict, "")
+            verdict = Text(visible(o.verdict), style=style)
             problems = o.failures or o.below
             if problems and problems[0] != reason:
-                verdict += "\n" + _clip(problems[0], 80).replace("[", "\\[")
+                verdict.append("\n" + _clip(problems[0], 80))
             table.add_row(
-                f"{o.sample_id}\n{o.file}:{o.line}",
-                _clip(o.user, 300),
-                _clip(o.response, 300),
+                Text(f"{visible(o.sample_id)}\n{visible(o.file)}:{o.line}"),
+                Text(_clip(o.user, 300)),
+                Text(_clip(o.response, 300)),
                 "err" if o.score is None else f"{o.score:.3f}",
-                metrics,
-                _clip(reason, 200),
+                Text(metrics),
+                Text(_clip(reason, 200)),
                 verdict,
             )
         console.print(table)
@@ -324,7 +352,7 @@ def _sample_name(e: Any) -> str:
 
 
 def _names(refs: Sequence[Any], total: int, shown: int = 5) -> str:
-    names = ", ".join(_sample_name(r) for r in refs[:shown])
+    names = ", ".join(visible(_sample_name(r)) for r in refs[:shown])
     return names + (f", and {total - min(shown, len(refs))} more" if total > min(shown, len(refs)) else "")
 
 
@@ -336,7 +364,7 @@ def render_comparison(comparisons: list[Any], baseline: str, *, markup: bool, wi
 
     console = _console(markup, width)
     table = Table(
-        title=f"compared with stored run {baseline}",
+        title=_cell(f"compared with stored run {baseline}"),
         title_justify="left",
         caption="samples pair by id, else by what they ask (the conversation without its final answer, the ground "
         "truth, the other fields); mean and pass rate: every sample of each run; Δ mean: the paired samples",
@@ -356,27 +384,42 @@ def render_comparison(comparisons: list[Any], baseline: str, *, markup: bool, wi
         changed = "–" if c.n_response_changed is None else f"{c.n_response_changed} of {c.n_paired}"
         if c.status != "compared":
             table.add_row(
-                c.function, c.file, str(c.n_paired), f"{c.n_new}/{c.n_removed}", "–", c.status, "–", "–"
+                _cell(c.function),
+                _cell(c.file),
+                str(c.n_paired),
+                f"{c.n_new}/{c.n_removed}",
+                "–",
+                _cell(c.status),
+                "–",
+                "–",
             )
             continue
         mean = rate = "–"
         if c.group_mean_before is not None:
             mean = f"{c.group_mean_before:.3f} → {c.group_mean_after:.3f}"
             rate = f"{c.group_pass_rate_before:.1%} → {c.group_pass_rate_after:.1%}"
-        delta = "–"
+        delta = _cell("–")
         if c.mean_delta is not None:
             d = c.mean_delta
             style = "red" if d["high"] < 0 else ("green" if d["low"] > 0 else "")
-            delta = f"{d['estimate']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]"
-            delta = f"[{style}]{delta}[/]" if style else delta
+            delta = _cell(f"{d['estimate']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]", style)
         table.add_row(
-            c.function, c.file, str(c.n_paired), f"{c.n_new}/{c.n_removed}", changed, mean, delta, rate
+            _cell(c.function),
+            _cell(c.file),
+            str(c.n_paired),
+            f"{c.n_new}/{c.n_removed}",
+            changed,
+            mean,
+            delta,
+            rate,
         )
     console.print(table)
     for c in comparisons:
-        where = f"{c.function} on {c.file}"
+        where = f"{visible(c.function)} on {visible(c.file)}"
         for warning in c.warnings:
-            console.print(f"WARNING {where}: {warning}", style="yellow", markup=False, soft_wrap=True)
+            console.print(
+                f"WARNING {where}: {visible(warning)}", style="yellow", markup=False, soft_wrap=True
+            )
         if c.status == "compared":
             for label, refs, total in (
                 ("new", c.new_samples, c.n_new),
@@ -387,7 +430,7 @@ def render_comparison(comparisons: list[Any], baseline: str, *, markup: bool, wi
         for label, items in (("most regressed", c.regressed), ("most improved", c.improved)):
             if items:
                 entries = ", ".join(
-                    f"{_sample_name(e)} {e.before:.3f}→{e.after:.3f}"
+                    f"{visible(_sample_name(e))} {e.before:.3f}→{e.after:.3f}"
                     + (" (new response)" if e.response_changed else "")
                     for e in items[:3]
                 )
@@ -406,7 +449,7 @@ def render_probe_changes(changes: Sequence[Any], *, markup: bool, width: int) ->
     same = len(changes) - len(shown)
     if shown:
         table = Table(
-            title=f"probes compared with stored run {changes[0].baseline}",
+            title=_cell(f"probes compared with stored run {changes[0].baseline}"),
             title_justify="left",
             box=box.SIMPLE_HEAD if markup else box.ASCII2,
             show_edge=False,
@@ -418,12 +461,19 @@ def render_probe_changes(changes: Sequence[Any], *, markup: bool, width: int) ->
         table.add_column("change", no_wrap=True)
         for c in shown:
             style = {"regressed": "red", "improved": "green"}.get(c.status, "")
-            status = f"[{style}]{c.status}[/]" if style else c.status
-            table.add_row(c.function, c.file, c.probe, c.counts("before"), c.counts("after"), status)
+            table.add_row(
+                _cell(c.function),
+                _cell(c.file),
+                _cell(c.probe),
+                c.counts("before"),
+                c.counts("after"),
+                _cell(c.status, style),
+            )
         console.print(table)
     if same:
         console.print(
-            f"probes: {same} with the same verdict as in stored run {changes[0].baseline}", markup=False
+            f"probes: {same} with the same verdict as in stored run {visible(changes[0].baseline)}",
+            markup=False,
         )
     return console.file.getvalue()  # type: ignore[no-any-return]
 
@@ -435,6 +485,6 @@ def write_deploy(tr: Any, outcome: Any) -> None:
         outcome.status, {"red": True, "bold": True}
     )
     prefix = "ERROR " if outcome.failed else ""
-    tr.write_line(f"{prefix}reward deploy: {outcome.message}", **style)
+    _line(tr, f"{prefix}reward deploy: {outcome.message}", **style)
     for line in outcome.lines:
-        tr.write_line(line)
+        _line(tr, line)

@@ -4,7 +4,11 @@ surrogate writes (escaped) like any other character."""
 
 from __future__ import annotations
 
-from pytest_reward.report.text import visible
+import json
+
+import pytest
+
+from pytest_reward.report.text import md_code, md_text, visible
 
 from .conftest import msgs
 
@@ -72,3 +76,100 @@ def test_data_is_never_rich_markup(project):
         out = result.stdout.str()
         assert "[INST] say hi" in out and "[/INST]" in out and "[/bold] hi" in out and "[red]x[/]" in out
         assert "INTERNALERROR" not in out + result.stderr.str()
+
+
+# --- the GitHub step summary -------------------------------------------------------------------------------------
+
+VALUE = """
+    from pytest_reward import reward_function
+
+    @reward_function
+    def value(messages, **kwargs):
+        return {"score": float(messages[-1]["content"])}
+"""
+
+HOSTILE_IDS = ["<!-- hidden", "<img src=x onerror=alert(1)>", "[text](https://evil.example)"]
+
+
+def _rendered(markdown: str) -> str:
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark", {"html": True}).enable("table").render(markdown)
+
+
+def test_md_text_and_md_code_keep_data_literal():
+    assert _rendered(md_text("<!-- *x* [a](b) & `c`")) == "<p>&lt;!-- *x* [a](b) &amp; `c`</p>\n"
+    assert _rendered(md_code("a``b`", in_table=False)) == "<p><code>a``b`</code></p>\n"
+    assert _rendered(md_code("`x", in_table=False)) == "<p><code>`x</code></p>\n"
+    table = f"| a |\n| --- |\n| {md_code('p|q')} |\n"
+    assert "<td><code>p|q</code></td>" in _rendered(table)
+
+
+def test_github_step_summary_escapes_sample_ids_and_file_names(project, monkeypatch):
+    project.file("rewards.py", VALUE)
+    name = "we`ird.jsonl"
+
+    def samples(value: str) -> None:
+        project.jsonl(name, [{"id": i, "messages": msgs("q", value)} for i in HOSTILE_IDS])
+
+    samples("0.9")
+    assert project.run("--reward-samples", name, "--reward-save=base").ret == 0
+    samples("0.1")
+    summary = project.path / "step_summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    result = project.run(
+        "--reward-samples", name, "--reward-compare=base", "--reward-compare-fail=sample:0.3"
+    )
+    assert result.ret == 1
+    text = summary.read_text(encoding="utf-8")
+    assert "``we`ird.jsonl``" in text  # a fence longer than the backtick inside
+    html = _rendered(text)
+    assert "<!--" not in html and "<img" not in html and "<a " not in html
+    assert "&lt;!-- hidden" in html and "[text](https://evil.example)" in html  # shown, literally
+    assert "<code>we`ird.jsonl</code>" in html
+
+
+# --- lone surrogates ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("granularity", ["sample", "file"])
+def test_a_lone_surrogate_is_written_escaped_and_blames_no_one(project, monkeypatch, granularity):
+    """``"\\ud83d"`` in a samples file is half an emoji: every file and the terminal get it as that escape."""
+    project.file("rewards.py", ECHO)
+    with open(project.path / "s.jsonl", "w", encoding="utf-8") as fh:  # the JSON escape, as a dataset has it
+        fh.write(
+            '{"id": "half\\ud83d", "messages": [{"role": "user", "content": "q"}, '
+            '{"role": "assistant", "content": "half \\ud83d ok"}]}\n'
+        )
+        fh.write(
+            '{"id": "bad", "messages": [{"role": "user", "content": "q"}, '
+            '{"role": "assistant", "content": "FAIL \\udc00"}]}\n'
+        )
+    summary = project.path / "step_summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    result = project.run_subprocess(
+        "--reward-samples",
+        "s.jsonl",
+        "--reward-report",
+        "out",
+        "--reward-save=x",
+        "--reward-granularity",
+        granularity,
+    )
+    out = result.stdout.str() + result.stderr.str()
+    assert "UnicodeEncodeError" not in out and "INTERNALERROR" not in out
+    assert result.ret == 1  # the FAIL sample, nothing else
+    if granularity == "sample":
+        result.stdout.fnmatch_lines(["  assistant  FAIL \\udc00"])
+    rows = [
+        json.loads(line) for line in (project.path / "out" / "results.jsonl").read_text("utf-8").splitlines()
+    ]
+    assert [r["reason"] for r in rows] == [
+        "echo half \ud83d ok",
+        "echo FAIL \udc00",
+    ]  # the same text, read back
+    data = json.loads((project.path / "out" / "summary.json").read_text("utf-8"))
+    assert data["exitstatus"] == 1
+    assert "half \\ud83d ok" in (project.path / "out" / "report.html").read_text("utf-8")
+    assert "| `echo` | `s.jsonl` | 2 |" in summary.read_text("utf-8")
+    assert list((project.path / ".reward").glob("*_x.json"))

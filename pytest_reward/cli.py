@@ -38,11 +38,10 @@ def _compare_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Name
     )
 
     def run(args: argparse.Namespace) -> int:
-        import shutil
         from pathlib import Path
 
         from .errors import UsageError
-        from .report.terminal import render_comparison, render_probe_changes
+        from .report.terminal import render_comparison, render_probe_changes, terminal_width
         from .report.text import visible
         from .run.baseline import (
             Storage,
@@ -71,7 +70,7 @@ def _compare_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Name
             cur, base, seed=args.seed, n_resamples=args.resamples, strict_confidence=args.confidence
         )
         markup = sys.stdout.isatty()
-        width = shutil.get_terminal_size((120, 24)).columns
+        width = terminal_width()
         print(visible(f"{cur_path.stem} vs {base_path.stem}"))
         print(render_comparison(comparisons, base_path.stem, markup=markup, width=width), end="")
         probe_changes = compare_probes(cur, base)

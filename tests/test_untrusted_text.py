@@ -5,6 +5,7 @@ surrogate writes (escaped) like any other character."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -173,3 +174,70 @@ def test_a_lone_surrogate_is_written_escaped_and_blames_no_one(project, monkeypa
     assert "half \\ud83d ok" in (project.path / "out" / "report.html").read_text("utf-8")
     assert "| `echo` | `s.jsonl` | 2 |" in summary.read_text("utf-8")
     assert list((project.path / ".reward").glob("*_x.json"))
+
+
+# --- widths ------------------------------------------------------------------------------------------------------
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+LONG_NAMES = """
+    from pytest_reward import reward_function
+
+    @reward_function
+    def evaluate_response_quality(messages, **kwargs):
+        return {"score": float(messages[-1]["content"])}
+"""
+
+
+def _check_width(text: str, width: int) -> None:
+    for line in text.splitlines():
+        plain = ANSI.sub("", line)
+        assert len(plain) <= width, f"{len(plain)} > {width}: {plain!r}"
+        assert plain == plain.rstrip(), f"padded: {plain!r}"
+
+
+@pytest.mark.parametrize("width", [60, 80, 200])
+@pytest.mark.parametrize("markup", [False, True])
+def test_comparison_and_preview_fit_the_width_and_never_break_names(width, markup):
+    from pytest_reward.report.terminal import render_comparison, render_probe_changes
+    from pytest_reward.run.baseline import compare_probes, compare_runs
+
+    def run(shift: float) -> dict:
+        samples = {
+            f"k{i}": {
+                "score": 0.5 + shift,
+                "verdict": "pass",
+                "id": f"sample-{i}",
+                "line": i + 1,
+                "response": None,
+            }
+            for i in range(20)
+        }
+        group = {"function": "evaluate_response_quality", "file": "samples.jsonl", "samples": samples}
+        return {"format": "pytest-reward-run", "version": 2, "name": "0001_base", "groups": [group]}
+
+    comparisons = compare_runs(run(-0.1), run(0.0), seed=0, n_resamples=200)
+    text = render_comparison(comparisons, "0001_base", markup=markup, width=width)
+    text += render_probe_changes(compare_probes(run(-0.1), run(0.0)), markup=markup, width=width)
+    _check_width(text, width)
+    plain = ANSI.sub("", text)
+    assert "evaluate_response_quality" in plain and "samples.jsonl" in plain
+    assert "-0.1000" in plain  # the Δ mean survives every width
+    if width >= 200:
+        assert "| samples " in plain or " samples " in plain.splitlines()[1]
+
+
+@pytest.mark.parametrize("columns", ["60", "80"])
+@pytest.mark.parametrize("color", ["no", "yes"])
+def test_reward_output_fits_columns_in_a_ci_log(project, monkeypatch, columns, color):
+    project.file("rewards.py", LONG_NAMES)
+    project.jsonl("samples.jsonl", [{"id": f"s{i}", "messages": msgs("q " * 40, "0.5")} for i in range(4)])
+    assert project.run("--reward-samples", "samples.jsonl", "--reward-save=base").ret == 0
+    monkeypatch.setenv("COLUMNS", columns)
+    result = project.run(
+        "--reward-samples", "samples.jsonl", "--reward-compare=base", "--reward-preview=2", f"--color={color}"
+    )
+    assert result.ret == 0
+    out = ANSI.sub("", result.stdout.str())
+    section = out[out.index("reward summary") : out.rindex("passed in")]  # the plugin's part of the output
+    _check_width("\n".join(section.splitlines()[1:-1]), int(columns))
+    assert "evaluate_response_quality" in section and "samples.jsonl" in section

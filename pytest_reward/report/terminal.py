@@ -8,6 +8,7 @@ Verbosity: default shows the table; ``-q`` one line per function × file; ``-qq`
 from __future__ import annotations
 
 import io
+import re
 import shutil
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -20,7 +21,15 @@ if TYPE_CHECKING:
     from ..run.result import GroupResult, ProbeResult, RunResult
     from .outputs import Written
 
-__all__ = ["render_probe_changes", "render_probes", "render_table", "write_summary"]
+__all__ = [
+    "render_comparison",
+    "render_preview",
+    "render_probe_changes",
+    "render_probes",
+    "render_table",
+    "terminal_width",
+    "write_summary",
+]
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
@@ -83,29 +92,27 @@ def render_table(reports: Sequence[GroupResult], *, markup: bool, width: int) ->
             _ci(r),
             _cell(r.verdict, _verdict_style(r.verdict)),
         )
-    if console.measure(table, options=console.options.update_width(100_000)).maximum > width:
-        # Too narrow for the table: one line per function × file (wrapping, never cutting a name or a number).
-        return "".join(_narrow_line(r, markup) + "\n" for r in reports)
-    console.print(table)
-    return console.file.getvalue()  # type: ignore[attr-defined]
+    if _fits(console, table, width):
+        console.print(table)
+    else:  # one block per function × file (wrapped between words, never cutting a name or a number)
+        for r in reports:
+            _print_wrapped(console, _narrow_line(r), width, head=(len(r.verdict), _verdict_style(r.verdict)))
+    return _output(console)
 
 
-def _narrow_line(r: GroupResult, markup: bool) -> str:
+def _narrow_line(r: GroupResult) -> str:
     s = r.summary
     n = f"{s.n}" + (f" ({s.n_errors} err)" if s.n_errors else "")
     rate = "–" if s.pass_rate is None else f"{s.pass_rate:.1%}"
-    verdict = f"{r.verdict:<7}"
-    if markup:
-        style = {"PASS": "\x1b[1;32m", "FAIL": "\x1b[1;31m", "ERROR": "\x1b[1;31m"}.get(r.verdict, "\x1b[33m")
-        verdict = f"{style}{verdict}\x1b[0m"
     return (
-        f"{verdict} {visible(r.function)} on {visible(r.file)}: n={n} mean {_fmt(s.mean)} (95% CI {_ci(r)}) min {_fmt(s.min)} "
-        f"p10 {_fmt(s.p10)} pass rate {rate}"
+        f"{r.verdict:<7} {visible(r.function)} on {visible(r.file)}: n={n} mean {_fmt(s.mean)} (95% CI {_ci(r)}) "
+        f"min {_fmt(s.min)} p10 {_fmt(s.p10)} pass rate {rate}"
     )
 
 
-def _terminal_width() -> int:
-    return max(60, shutil.get_terminal_size((120, 24)).columns)
+def terminal_width() -> int:
+    """The width to render for: ``COLUMNS`` when set, else the terminal's, else (no terminal: a CI log) 80."""
+    return max(40, shutil.get_terminal_size((80, 24)).columns)
 
 
 def write_summary(tr: Any, result: RunResult, written: Written, *, dist: str = "no") -> None:
@@ -119,13 +126,12 @@ def write_summary(tr: Any, result: RunResult, written: Written, *, dist: str = "
     if verbosity >= -1:
         tr.write_sep("=", "reward summary", bold=True)
     if verbosity >= 0 and reports:
-        tr.write(render_table(reports, markup=markup, width=_terminal_width()))
+        tr.write(render_table(reports, markup=markup, width=terminal_width()))
         method = next((r.summary.mean_ci["method"] for r in reports if r.summary.mean_ci), None)
         if method:
-            _line(
-                tr,
-                f"95% CI of the mean: {method}; errored samples count as failures and as the lowest score.",
-            )
+            note = f"95% CI of the mean: {method}; errored samples count as failures and as the lowest score."
+            for line in _wrap(visible(note), terminal_width()):
+                tr.write_line(line)
     elif verbosity == -1:
         for r in reports:
             s = r.summary
@@ -159,11 +165,11 @@ def write_summary(tr: Any, result: RunResult, written: Written, *, dist: str = "
     if result.comparisons and verbosity >= -1:
         tr.write(
             render_comparison(
-                result.comparisons, result.comparisons[0].baseline, markup=markup, width=_terminal_width()
+                result.comparisons, result.comparisons[0].baseline, markup=markup, width=terminal_width()
             )
         )
     if result.probe_changes and verbosity >= -1:
-        tr.write(render_probe_changes(result.probe_changes, markup=markup, width=_terminal_width()))
+        tr.write(render_probe_changes(result.probe_changes, markup=markup, width=terminal_width()))
     for r in reports:
         for reason in r.errors[:3]:
             _line(tr, f"ERROR {r.function} on {r.file}: an item ended without a verdict ({reason})", red=True)
@@ -196,7 +202,7 @@ def write_summary(tr: Any, result: RunResult, written: Written, *, dist: str = "
     if settings.preview and verbosity >= -1:
         tr.write_sep("-", "reward preview")
         tr.write(
-            render_preview(reports, settings.preview, settings.seed, markup=markup, width=_terminal_width())
+            render_preview(reports, settings.preview, settings.seed, markup=markup, width=terminal_width())
         )
     if written.saved_path is not None:
         _line(tr, f"reward: stored this run as {written.saved_path}")
@@ -231,16 +237,16 @@ def render_probes(probes: Sequence[ProbeResult], *, markup: bool, width: int) ->
             means,
             _cell(p.verdict, _verdict_style(p.verdict)),
         )
-    if console.measure(table, options=console.options.update_width(100_000)).maximum > width:
-        return "".join(
-            visible(
-                f"{p.verdict:<7} probe {p.probe} of {p.function} on {p.file} ({p.rule}): {p.checked} checked"
+    if _fits(console, table, width):
+        console.print(table)
+    else:  # one block per probe
+        for p in probes:
+            line = visible(f"{p.verdict:<7} probe {p.probe} of {p.function} on {p.file} ({p.rule}): ")
+            line += f"{p.checked} checked" + (
+                f", {p.broken} broke the rule" if p.verdict in ("PASS", "FAIL") else ""
             )
-            + (f", {p.broken} broke the rule\n" if p.verdict in ("PASS", "FAIL") else "\n")
-            for p in probes
-        )
-    console.print(table)
-    return console.file.getvalue()  # type: ignore[no-any-return]
+            _print_wrapped(console, line, width, head=(len(p.verdict), _verdict_style(p.verdict)))
+    return _output(console)
 
 
 def _probe_line(p: ProbeResult) -> str:
@@ -262,7 +268,7 @@ def write_probes(tr: Any, probes: Sequence[ProbeResult], verbosity: int, markup:
     skipped or reports (``info``); ``-q`` keeps the lines, ``-qq`` only the failures."""
     if verbosity >= 0:
         tr.write_sep("-", "reward probes")
-        tr.write(render_probes(probes, markup=markup, width=_terminal_width()))
+        tr.write(render_probes(probes, markup=markup, width=terminal_width()))
     for p in probes:
         where = f"probe {p.probe} of {p.function} on {p.file}: {_probe_line(p)}"
         if p.verdict in ("FAIL", "ERROR"):
@@ -319,7 +325,7 @@ def render_preview(reports: Sequence[GroupResult], n: int, seed: int, *, markup:
             show_lines=True,
             title_justify="left",
         )
-        table.add_column("sample", overflow="fold", max_width=22)
+        table.add_column("sample", no_wrap=True)
         table.add_column("user", overflow="fold", ratio=3)
         table.add_column("response", overflow="fold", ratio=3)
         table.add_column("score", justify="right", no_wrap=True)
@@ -343,8 +349,30 @@ def render_preview(reports: Sequence[GroupResult], n: int, seed: int, *, markup:
                 Text(_clip(reason, 200)),
                 verdict,
             )
-        console.print(table)
-    return console.file.getvalue()  # type: ignore[no-any-return]
+        if width >= 120 and console.measure(table).minimum <= width:
+            console.print(table)
+        else:
+            _preview_blocks(console, table.title.plain, shown, width)
+    return _output(console)
+
+
+def _preview_blocks(console: Any, title: str, shown: Sequence[Any], width: int) -> None:
+    """The preview where its table would not fit: one block per sample, every line within ``width``."""
+    _print_wrapped(console, title, width)
+    for o in shown:
+        style = {"pass": "green", "fail": "red", "below": "yellow"}.get(o.verdict, "")
+        score = "err" if o.score is None else f"{o.score:.3f}"
+        head = f"{visible(o.verdict)} {visible(o.sample_id)} ({visible(o.file)}:{o.line}) score {score}"
+        _print_wrapped(console, head, width, head=(len(visible(o.verdict)), style))
+        reason = o.reason if o.error is None else o.error
+        problems = o.failures or o.below
+        fields = [("user", o.user), ("response", o.response), ("reason", reason)]
+        if problems and problems[0] != reason:
+            fields.append(("verdict", problems[0]))
+        if o.metrics:
+            fields.append(("metrics", ", ".join(f"{k} {m['score']:.3g}" for k, m in o.metrics.items())))
+        for label, text in fields:
+            _print_wrapped(console, f"{label:<9} {_clip(text, 300)}", width, indent="  ", words=False)
 
 
 def _sample_name(e: Any) -> str:
@@ -356,9 +384,37 @@ def _names(refs: Sequence[Any], total: int, shown: int = 5) -> str:
     return names + (f", and {total - min(shown, len(refs))} more" if total > min(shown, len(refs)) else "")
 
 
+def _comparison_numbers(c: Any) -> tuple[str, str, str, str]:
+    """Responses changed, mean before → after, Δ mean [CI], pass rate before → after of one comparison."""
+    changed = "–" if c.n_response_changed is None else f"{c.n_response_changed} of {c.n_paired}"
+    if c.status != "compared":
+        return "–", visible(c.status), "–", "–"
+    mean = rate = delta = "–"
+    if c.group_mean_before is not None:
+        mean = f"{c.group_mean_before:.3f} → {c.group_mean_after:.3f}"
+        rate = f"{c.group_pass_rate_before:.1%} → {c.group_pass_rate_after:.1%}"
+    if c.mean_delta is not None:
+        d = c.mean_delta
+        delta = f"{d['estimate']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]"
+    return changed, mean, delta, rate
+
+
+def _delta_style(c: Any) -> str:
+    d = c.mean_delta if c.status == "compared" else None
+    if d is None:
+        return ""
+    return "red" if d["high"] < 0 else ("green" if d["low"] > 0 else "")
+
+
+_PAIRING = (
+    "samples pair by id, else by what they ask (the conversation without its final answer, the ground truth, the "
+    "other fields); mean and pass rate: every sample of each run; Δ mean: the paired samples"
+)
+
+
 def render_comparison(comparisons: list[Any], baseline: str, *, markup: bool, width: int) -> str:
-    """The comparison with a stored run: one row per function × file, then warnings, the new and removed samples
-    and the most changed samples."""
+    """The comparison with a stored run: one row per function × file (one block each where a row would not fit),
+    then warnings, the new and removed samples and the most changed samples."""
     from rich import box
     from rich.table import Table
 
@@ -366,43 +422,21 @@ def render_comparison(comparisons: list[Any], baseline: str, *, markup: bool, wi
     table = Table(
         title=_cell(f"compared with stored run {baseline}"),
         title_justify="left",
-        caption="samples pair by id, else by what they ask (the conversation without its final answer, the ground "
-        "truth, the other fields); mean and pass rate: every sample of each run; Δ mean: the paired samples",
+        caption=_PAIRING,
         caption_justify="left",
         box=box.SIMPLE_HEAD if markup else box.ASCII2,
         show_edge=False,
     )
-    table.add_column("function", overflow="fold")
-    table.add_column("samples", overflow="fold")
-    table.add_column("paired", justify="right")
+    table.add_column("function", no_wrap=True)
+    table.add_column("samples", no_wrap=True)
+    table.add_column("paired", justify="right", no_wrap=True)
     table.add_column("new/removed", justify="right", no_wrap=True)
-    table.add_column("responses changed", justify="right")
+    table.add_column("responses changed", justify="right", no_wrap=True)
     table.add_column("mean before → after", justify="right", no_wrap=True)
     table.add_column("Δ mean [95% CI]", justify="right", no_wrap=True)
     table.add_column("pass rate before → after", justify="right", no_wrap=True)
     for c in comparisons:
-        changed = "–" if c.n_response_changed is None else f"{c.n_response_changed} of {c.n_paired}"
-        if c.status != "compared":
-            table.add_row(
-                _cell(c.function),
-                _cell(c.file),
-                str(c.n_paired),
-                f"{c.n_new}/{c.n_removed}",
-                "–",
-                _cell(c.status),
-                "–",
-                "–",
-            )
-            continue
-        mean = rate = "–"
-        if c.group_mean_before is not None:
-            mean = f"{c.group_mean_before:.3f} → {c.group_mean_after:.3f}"
-            rate = f"{c.group_pass_rate_before:.1%} → {c.group_pass_rate_after:.1%}"
-        delta = _cell("–")
-        if c.mean_delta is not None:
-            d = c.mean_delta
-            style = "red" if d["high"] < 0 else ("green" if d["low"] > 0 else "")
-            delta = _cell(f"{d['estimate']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]", style)
+        changed, mean, delta, rate = _comparison_numbers(c)
         table.add_row(
             _cell(c.function),
             _cell(c.file),
@@ -410,23 +444,39 @@ def render_comparison(comparisons: list[Any], baseline: str, *, markup: bool, wi
             f"{c.n_new}/{c.n_removed}",
             changed,
             mean,
-            delta,
+            _cell(delta, _delta_style(c)),
             rate,
         )
-    console.print(table)
+    if _fits(console, table, width):
+        console.print(table)
+    else:  # one block per function × file, every line within the width
+        _print_wrapped(console, f"compared with stored run {visible(baseline)}", width)
+        for c in comparisons:
+            changed, mean, delta, rate = _comparison_numbers(c)
+            _print_wrapped(console, f"{visible(c.function)} on {visible(c.file)}", width)
+            _print_wrapped(
+                console,
+                f"paired {c.n_paired}; new/removed {c.n_new}/{c.n_removed}; responses changed {changed}",
+                width,
+                indent="  ",
+            )
+            if c.status != "compared":
+                _print_wrapped(console, f"not compared: {mean}", width, indent="  ")
+                continue
+            _print_wrapped(console, f"mean {mean}; pass rate {rate}", width, indent="  ")
+            _print_wrapped(console, f"Δ mean {delta}", width, indent="  ", style=_delta_style(c))
+        _print_wrapped(console, _PAIRING, width)
     for c in comparisons:
         where = f"{visible(c.function)} on {visible(c.file)}"
         for warning in c.warnings:
-            console.print(
-                f"WARNING {where}: {visible(warning)}", style="yellow", markup=False, soft_wrap=True
-            )
+            _print_wrapped(console, f"WARNING {where}: {visible(warning)}", width, style="yellow")
         if c.status == "compared":
             for label, refs, total in (
                 ("new", c.new_samples, c.n_new),
                 ("removed", c.removed_samples, c.n_removed),
             ):
                 if total:
-                    console.print(f"  {where} {label}: {_names(refs, total)}", markup=False, soft_wrap=True)
+                    _print_wrapped(console, f"{where} {label}: {_names(refs, total)}", width, indent="  ")
         for label, items in (("most regressed", c.regressed), ("most improved", c.improved)):
             if items:
                 entries = ", ".join(
@@ -434,13 +484,14 @@ def render_comparison(comparisons: list[Any], baseline: str, *, markup: bool, wi
                     + (" (new response)" if e.response_changed else "")
                     for e in items[:3]
                 )
-                console.print(f"  {where} {label}: {entries}", markup=False, soft_wrap=True)
-    return console.file.getvalue()  # type: ignore[no-any-return]
+                _print_wrapped(console, f"{where} {label}: {entries}", width, indent="  ")
+    return _output(console)
 
 
 def render_probe_changes(changes: Sequence[Any], *, markup: bool, width: int) -> str:
     """The probes compared with a stored run: one row per function × file × probe whose verdict changed (a
-    regression, an improvement, a probe on one side only), then how many kept their verdict."""
+    regression, an improvement, a probe on one side only; one line each where a row would not fit), then how many
+    kept their verdict."""
     from rich import box
     from rich.table import Table
 
@@ -448,17 +499,15 @@ def render_probe_changes(changes: Sequence[Any], *, markup: bool, width: int) ->
     shown = [c for c in changes if c.status != "unchanged"]
     same = len(changes) - len(shown)
     if shown:
+        title = f"probes compared with stored run {visible(changes[0].baseline)}"
         table = Table(
-            title=_cell(f"probes compared with stored run {changes[0].baseline}"),
+            title=_cell(title),
             title_justify="left",
             box=box.SIMPLE_HEAD if markup else box.ASCII2,
             show_edge=False,
         )
-        for name in ("function", "samples", "probe"):
-            table.add_column(name, overflow="fold")
-        table.add_column("before", no_wrap=True)
-        table.add_column("now", no_wrap=True)
-        table.add_column("change", no_wrap=True)
+        for name in ("function", "samples", "probe", "before", "now", "change"):
+            table.add_column(name, no_wrap=True)
         for c in shown:
             style = {"regressed": "red", "improved": "green"}.get(c.status, "")
             table.add_row(
@@ -469,13 +518,76 @@ def render_probe_changes(changes: Sequence[Any], *, markup: bool, width: int) ->
                 c.counts("after"),
                 _cell(c.status, style),
             )
-        console.print(table)
+        if _fits(console, table, width):
+            console.print(table)
+        else:
+            _print_wrapped(console, title, width)
+            for c in shown:
+                style = {"regressed": "red", "improved": "green"}.get(c.status, "")
+                _print_wrapped(
+                    console,
+                    f"{visible(c.status)}: probe {visible(c.probe)} of {visible(c.function)} on {visible(c.file)}: "
+                    f"{c.counts('before')} → {c.counts('after')}",
+                    width,
+                    indent="  ",
+                    style=style,
+                )
     if same:
-        console.print(
+        _print_wrapped(
+            console,
             f"probes: {same} with the same verdict as in stored run {visible(changes[0].baseline)}",
-            markup=False,
+            width,
         )
-    return console.file.getvalue()  # type: ignore[no-any-return]
+    return _output(console)
+
+
+def _fits(console: Any, table: Any, width: int) -> bool:
+    """Whether ``table`` fits ``width`` without wrapping a cell."""
+    return bool(console.measure(table, options=console.options.update_width(100_000)).maximum <= width)
+
+
+def _wrap(text: str, width: int, indent: str = "", words: bool = True) -> list[str]:
+    """``text`` in lines of at most ``width`` columns, broken between words only (a word wider than the width
+    stands alone on its line; ``words=False``: a long word is split, for texts that are not names); continuation
+    lines indented two more columns."""
+    import textwrap
+
+    return textwrap.wrap(
+        text,
+        width=max(width, len(indent) + 12),
+        initial_indent=indent,
+        subsequent_indent=indent + "  ",
+        break_long_words=not words,
+        break_on_hyphens=False,
+    ) or [indent]
+
+
+def _print_wrapped(
+    console: Any,
+    text: str,
+    width: int,
+    *,
+    indent: str = "",
+    style: str = "",
+    head: tuple[int, str] = (0, ""),
+    words: bool = True,
+) -> None:
+    """Print ``text`` wrapped to ``width`` (``style`` on all of it; ``head``: a style for its first characters)."""
+    from rich.text import Text
+
+    for i, line in enumerate(_wrap(text, width, indent, words)):
+        styled = Text(line, style=style)
+        if i == 0 and head[0]:
+            styled.stylize(head[1], 0, head[0])
+        console.print(styled, soft_wrap=True)
+
+
+_TRAILING = re.compile(r"[ ]+((?:\x1b\[[0-9;]*m)*)$", re.MULTILINE)
+
+
+def _output(console: Any) -> str:
+    """What ``console`` rendered, without the spaces rich pads lines with."""
+    return _TRAILING.sub(r"\1", console.file.getvalue())
 
 
 def write_deploy(tr: Any, outcome: Any) -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import IO, Any
 
 __all__ = [
+    "TEXT_ERRORS",
     "atomic_open",
     "atomic_write_bytes",
     "atomic_write_text",
@@ -31,6 +32,10 @@ __all__ = [
     "replace_directory",
     "staging_directory",
 ]
+
+#: How every text file and terminal line the plugin writes encodes what UTF-8 cannot (a lone surrogate, such as
+#: the JSON escape ``"\ud83d"`` decodes to): as a backslash escape, which inside a JSON string is the same escape.
+TEXT_ERRORS = "backslashreplace"
 
 
 @contextlib.contextmanager
@@ -42,6 +47,7 @@ def atomic_open(path: str | os.PathLike[str], mode: str = "w", **kwargs: Any) ->
     path.parent.mkdir(parents=True, exist_ok=True)
     if mode == "w":
         kwargs.setdefault("encoding", "utf-8")
+        kwargs.setdefault("errors", TEXT_ERRORS)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, mode, **kwargs) as fh:

@@ -38,11 +38,11 @@ def _compare_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Name
     )
 
     def run(args: argparse.Namespace) -> int:
-        import shutil
         from pathlib import Path
 
         from .errors import UsageError
-        from .report.terminal import render_comparison, render_probe_changes
+        from .report.terminal import render_comparison, render_probe_changes, terminal_width
+        from .report.text import visible
         from .run.baseline import (
             Storage,
             compare_probes,
@@ -64,14 +64,14 @@ def _compare_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Name
                 )
             base, cur = storage.load(base_path), storage.load(cur_path)
         except UsageError as exc:
-            print(f"pytest-reward compare: {exc}", file=sys.stderr)
+            print(visible(f"pytest-reward compare: {exc}"), file=sys.stderr)
             return 4
         comparisons = compare_runs(
             cur, base, seed=args.seed, n_resamples=args.resamples, strict_confidence=args.confidence
         )
         markup = sys.stdout.isatty()
-        width = shutil.get_terminal_size((120, 24)).columns
-        print(f"{cur_path.stem} vs {base_path.stem}")
+        width = terminal_width()
+        print(visible(f"{cur_path.stem} vs {base_path.stem}"))
         print(render_comparison(comparisons, base_path.stem, markup=markup, width=width), end="")
         probe_changes = compare_probes(cur, base)
         if probe_changes:
@@ -81,7 +81,7 @@ def _compare_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Name
             probe_changes
         )  # a probe that passed there and fails now: no rule needed
         for line in failures:
-            print(f"FAIL {line}")
+            print(visible(f"FAIL {line}"))
         return 1 if failures else 0
 
     return run

@@ -222,7 +222,7 @@ def test_commit_is_recorded_when_in_a_git_checkout(project):
     assert json.loads((project.path / "out" / "summary.json").read_text())["commit"]["dirty"] is True
 
 
-def test_a_terminal_too_narrow_for_the_table_gets_one_whole_line_per_group(project, monkeypatch):
+def test_a_terminal_too_narrow_for_the_table_gets_one_block_per_group(project, monkeypatch):
     project.file(
         "rewards.py",
         """
@@ -236,13 +236,18 @@ def test_a_terminal_too_narrow_for_the_table_gets_one_whole_line_per_group(proje
     project.jsonl("s.jsonl", [{"messages": msgs("q", str(v))} for v in (0.5, 0.6, 0.7, 123456.0)])
     monkeypatch.setenv("COLUMNS", "80")
     result = project.run("--reward-samples", "s.jsonl")
-    result.stdout.fnmatch_lines(
-        ["PASS    value on s.jsonl: n=4 mean 3.086e+04 (95% CI [0.550, 9.259e+04]) min 0.500 p10 0.530 pass rate 100.0%"]
+    result.stdout.fnmatch_lines(  # wrapped between words, within the 80 columns
+        [
+            "PASS    value on s.jsonl: n=4 mean 3.086e+04 (95% CI [0.550, 9.259e+04]) min",
+            "  0.500 p10 0.530 pass rate 100.0%",
+        ]
     )
     assert "| samples" not in result.stdout.str()
     monkeypatch.setenv("COLUMNS", "240")
     result = project.run("--reward-samples", "s.jsonl")
-    result.stdout.fnmatch_lines(["value * s.jsonl * 4 * 3.086e+04 * 0.500 * 0.530 * 100.0% * [[]0.550, 9.259e+04] * PASS*"])
+    result.stdout.fnmatch_lines(
+        ["value * s.jsonl * 4 * 3.086e+04 * 0.500 * 0.530 * 100.0% * [[]0.550, 9.259e+04] * PASS*"]
+    )
 
 
 _finite = st.floats(allow_nan=False, allow_infinity=False)

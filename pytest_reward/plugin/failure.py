@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ..judge.results import BELOW, SampleOutcome
+from ..report.text import visible
 from .pytest_private import TerminalRepr, TerminalWriter
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ class _Crash:
     def __init__(self, path: str, lineno: int, message: str) -> None:
         self.path = path
         self.lineno = lineno
-        self.message = message
+        self.message = visible(message)
 
 
 class RewardRepr(TerminalRepr):
@@ -50,9 +51,10 @@ class RewardRepr(TerminalRepr):
         self.reprcrash = _Crash(location[0], location[1], headline)
 
     def toterminal(self, tw: TerminalWriter) -> None:
-        tw.line(self.headline, red=True, bold=True)
+        # Every line holds data (responses, reasons, ids, names): no control character reaches the terminal.
+        tw.line(visible(self.headline), red=True, bold=True)
         for line in self.lines:
-            tw.line(line)
+            tw.line(visible(line))
         if self.inner is not None:
             tw.line("")
             self.inner.toterminal(tw)

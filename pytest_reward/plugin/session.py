@@ -11,6 +11,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import pytest
 
+from ..atomic import TEXT_ERRORS
 from ..data.formats import DatasetError, directory_files, is_samples_file
 from .options import Settings
 
@@ -332,7 +333,7 @@ class RewardSession:
             return None
         import uuid
 
-        return open(self.parts_dir / f"{uuid.uuid4().hex}.jsonl", "w", encoding="utf-8")
+        return open(self.parts_dir / f"{uuid.uuid4().hex}.jsonl", "w", encoding="utf-8", errors=TEXT_ERRORS)
 
     def write_row(self, row: str) -> list[Any] | None:
         """Append one sample item's full results.jsonl row to this process's rows file; returns where it is
@@ -344,7 +345,7 @@ class RewardSession:
             import uuid
 
             sink = self._row_sink = open(self.parts_dir / f"items-{uuid.uuid4().hex}.jsonl", "ab")  # noqa: SIM115
-        data = (row + "\n").encode("utf-8")
+        data = (row + "\n").encode("utf-8", TEXT_ERRORS)  # a lone surrogate: its JSON escape, never an error
         offset = sink.tell()
         sink.write(data)
         sink.flush()  # the controller (maybe another process) reads it at the end of the session

@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..atomic import replace_directory, staging_directory
+from ..atomic import TEXT_ERRORS, replace_directory, staging_directory
 from ..errors import UsageError
 from .data import report_data
 
@@ -42,7 +42,7 @@ def stage_report_dir(result: RunResult, directory: Path) -> Path:
     _check_ours(directory)
     staging = staging_directory(directory)
     try:
-        with open(staging / "results.jsonl", "w", encoding="utf-8") as fh:
+        with open(staging / "results.jsonl", "w", encoding="utf-8", errors=TEXT_ERRORS) as fh:
             for group in result.groups:
                 group.write_rows(fh)
     except BaseException:
@@ -57,8 +57,9 @@ def commit_report_dir(result: RunResult, staging: Path, directory: Path, exitsta
 
     try:
         data = report_data(result, exitstatus)
-        (staging / "summary.json").write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", "utf-8")
-        (staging / "report.html").write_text(render_html(data), "utf-8")
+        summary = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+        (staging / "summary.json").write_text(summary, "utf-8", errors=TEXT_ERRORS)
+        (staging / "report.html").write_text(render_html(data), "utf-8", errors=TEXT_ERRORS)
         replace_directory(staging, directory)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

@@ -1,9 +1,16 @@
-"""A Markdown summary appended to ``$GITHUB_STEP_SUMMARY`` (GitHub Actions job summary), controller only."""
+"""A Markdown summary appended to ``$GITHUB_STEP_SUMMARY`` (GitHub Actions job summary), controller only.
+
+Names, sample ids and messages are data: each goes in as a code span (:func:`~.text.md_code`) or escaped prose
+(:func:`~.text.md_text`), so none can open an HTML comment, embed an image or a link, or break the table.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from ..atomic import TEXT_ERRORS
+from .text import md_code, md_text
 
 if TYPE_CHECKING:
     from ..run.result import RunResult
@@ -13,10 +20,6 @@ __all__ = ["append_step_summary", "markdown_summary"]
 
 def _f(value: float | None) -> str:
     return "–" if value is None else f"{value:.3f}"
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def markdown_summary(result: RunResult, exitstatus: int = 0) -> str:
@@ -38,13 +41,13 @@ def markdown_summary(result: RunResult, exitstatus: int = 0) -> str:
         rate = "–" if s.pass_rate is None else f"{s.pass_rate:.1%}"
         badge = {"PASS": "✅ PASS", "FAIL": "❌ FAIL", "ERROR": "❌ ERROR"}.get(r.verdict, r.verdict)
         lines.append(
-            f"| `{_cell(r.function)}` | `{_cell(r.file)}` | {s.n} | {s.n_errors} | {_f(s.mean)} | {ci} | {rate} | {badge} |"
+            f"| {md_code(r.function)} | {md_code(r.file)} | {s.n} | {s.n_errors} | {_f(s.mean)} | {ci} | {rate} | {badge} |"
         )
     failures = [f"{r.function} on {r.file}: {g.describe()}" for r in reports for g in r.failed_gates]
     failures += result.compare_failures
     if failures:
         lines += ["", "**Failed gates**", ""]
-        lines += [f"- {_cell(f)}" for f in failures]
+        lines += [f"- {md_text(f)}" for f in failures]
     if result.probes:
         lines += [
             "",
@@ -57,13 +60,13 @@ def markdown_summary(result: RunResult, exitstatus: int = 0) -> str:
             badge = {"PASS": "✅ PASS", "FAIL": "❌ FAIL", "ERROR": "❌ ERROR"}.get(p.verdict, p.verdict)
             broke = str(p.broken) if p.verdict in ("PASS", "FAIL") else "–"
             lines.append(
-                f"| `{_cell(p.function)}` | `{_cell(p.file)}` | `{_cell(p.probe)}` | `{_cell(p.rule)}` | "
+                f"| {md_code(p.function)} | {md_code(p.file)} | {md_code(p.probe)} | {md_code(p.rule)} | "
                 f"{p.checked} | {broke} | {badge} |"
             )
     if result.comparisons:
         lines += [
             "",
-            f"Compared with stored run `{result.comparisons[0].baseline}` (samples pair by id, else by what they "
+            f"Compared with stored run {md_code(result.comparisons[0].baseline, in_table=False)} (samples pair by id, else by what they "
             "ask: the conversation without its final answer, the ground truth, the other fields; mean: every "
             "sample of each run; Δ mean: the paired samples):",
             "",
@@ -73,7 +76,7 @@ def markdown_summary(result: RunResult, exitstatus: int = 0) -> str:
             "| --- | --- | ---: | ---: | ---: | --- | --- |",
         ]
         for c in result.comparisons:
-            head = f"| `{_cell(c.function)}` | `{_cell(c.file)}` | {c.n_paired} | {c.n_new} / {c.n_removed} |"
+            head = f"| {md_code(c.function)} | {md_code(c.file)} | {c.n_paired} | {c.n_new} / {c.n_removed} |"
             changed = "–" if c.n_response_changed is None else f"{c.n_response_changed} of {c.n_paired}"
             if c.status != "compared":
                 lines.append(f"{head} – | {c.status} | |")
@@ -96,17 +99,17 @@ def markdown_summary(result: RunResult, exitstatus: int = 0) -> str:
             for c in changed:
                 mark = {"regressed": "❌ ", "improved": "✅ "}.get(c.status, "")
                 lines.append(
-                    f"| `{_cell(c.function)}` | `{_cell(c.file)}` | `{_cell(c.probe)}` | {c.counts('before')} | "
+                    f"| {md_code(c.function)} | {md_code(c.file)} | {md_code(c.probe)} | {c.counts('before')} | "
                     f"{c.counts('after')} | {mark}{c.status} |"
                 )
         warnings = [f"{c.function} on {c.file}: {w}" for c in result.comparisons for w in c.warnings]
         if warnings:
             lines += ["", "**Warnings**", ""]
-            lines += [f"- ⚠️ {_cell(w)}" for w in warnings]
+            lines += [f"- ⚠️ {md_text(w)}" for w in warnings]
     return "\n".join(lines) + "\n"
 
 
 def append_step_summary(result: RunResult, path: Path, exitstatus: int = 0) -> None:
     """Append (never truncate: other steps and tools write to the same file)."""
-    with open(path, "a", encoding="utf-8") as fh:
+    with open(path, "a", encoding="utf-8", errors=TEXT_ERRORS) as fh:
         fh.write(markdown_summary(result, exitstatus) + "\n")

@@ -13,6 +13,8 @@ import threading
 import time
 from typing import Any
 
+from .text import visible
+
 __all__ = ["Progress"]
 
 DELAY = 1.0
@@ -21,7 +23,7 @@ DELAY = 1.0
 class Progress:
     def __init__(self, config: Any, label: str, total: int) -> None:
         self.config = config
-        self.label = label
+        self.label = visible(label)  # names a function and a file: shown as data, never as markup
         self.total = total
         self.enabled = config.get_verbosity() >= 0 and not hasattr(config, "workerinput")
         self._tty = self.enabled and sys.stderr.isatty()
@@ -51,8 +53,8 @@ class Progress:
         from rich.progress import Progress as RichProgress
 
         capture = self.config.pluginmanager.getplugin("capturemanager")
-        console = Console(file=sys.__stderr__, force_terminal=True)
-        columns = (TextColumn("[bold]reward[/] {task.description}"), BarColumn(), TimeElapsedColumn())
+        console = Console(file=sys.__stderr__, force_terminal=True, markup=False)
+        columns = (TextColumn("reward {task.description}", markup=False), BarColumn(), TimeElapsedColumn())
         context = capture.global_and_fixture_disabled() if capture is not None else _Null()
         with context, RichProgress(*columns, console=console, transient=True) as bar:
             task = bar.add_task(self.label, total=None)

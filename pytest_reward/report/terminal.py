@@ -8,15 +8,28 @@ Verbosity: default shows the table; ``-q`` one line per function × file; ``-qq`
 from __future__ import annotations
 
 import io
+import re
 import shutil
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from .text import visible
+
 if TYPE_CHECKING:
+    from rich.text import Text
+
     from ..run.result import GroupResult, ProbeResult, RunResult
     from .outputs import Written
 
-__all__ = ["render_probe_changes", "render_probes", "render_table", "write_summary"]
+__all__ = [
+    "render_comparison",
+    "render_preview",
+    "render_probe_changes",
+    "render_probes",
+    "render_table",
+    "terminal_width",
+    "write_summary",
+]
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
@@ -39,6 +52,18 @@ def _verdict_style(verdict: str) -> str:
     return {"PASS": "bold green", "FAIL": "bold red", "ERROR": "bold red"}.get(verdict, "yellow")
 
 
+def _cell(text: object, style: str = "") -> Text:
+    """A table cell of data: never parsed as rich markup, its control characters made visible."""
+    from rich.text import Text
+
+    return Text(visible(text), style=style)
+
+
+def _line(tr: Any, text: str, **markup: bool) -> None:
+    """One line of the summary through pytest's writer, its data made safe for the terminal."""
+    tr.write_line(visible(text), **markup)
+
+
 def render_table(reports: Sequence[GroupResult], *, markup: bool, width: int) -> str:
     """The per-function table as text (with ANSI styles when ``markup``)."""
     from rich import box
@@ -57,39 +82,37 @@ def render_table(reports: Sequence[GroupResult], *, markup: bool, width: int) ->
         n = f"{s.n}" + (f" ({s.n_errors} err)" if s.n_errors else "")
         rate = "–" if s.pass_rate is None else f"{s.pass_rate:.1%}"
         table.add_row(
-            r.function,
-            r.file,
+            _cell(r.function),
+            _cell(r.file),
             n,
             _fmt(s.mean),
             _fmt(s.min),
             _fmt(s.p10),
             rate,
             _ci(r),
-            f"[{_verdict_style(r.verdict)}]{r.verdict}[/]",
+            _cell(r.verdict, _verdict_style(r.verdict)),
         )
-    if console.measure(table, options=console.options.update_width(100_000)).maximum > width:
-        # Too narrow for the table: one line per function × file (wrapping, never cutting a name or a number).
-        return "".join(_narrow_line(r, markup) + "\n" for r in reports)
-    console.print(table)
-    return console.file.getvalue()  # type: ignore[attr-defined]
+    if _fits(console, table, width):
+        console.print(table)
+    else:  # one block per function × file (wrapped between words, never cutting a name or a number)
+        for r in reports:
+            _print_wrapped(console, _narrow_line(r), width, head=(len(r.verdict), _verdict_style(r.verdict)))
+    return _output(console)
 
 
-def _narrow_line(r: GroupResult, markup: bool) -> str:
+def _narrow_line(r: GroupResult) -> str:
     s = r.summary
     n = f"{s.n}" + (f" ({s.n_errors} err)" if s.n_errors else "")
     rate = "–" if s.pass_rate is None else f"{s.pass_rate:.1%}"
-    verdict = f"{r.verdict:<7}"
-    if markup:
-        style = {"PASS": "\x1b[1;32m", "FAIL": "\x1b[1;31m", "ERROR": "\x1b[1;31m"}.get(r.verdict, "\x1b[33m")
-        verdict = f"{style}{verdict}\x1b[0m"
     return (
-        f"{verdict} {r.function} on {r.file}: n={n} mean {_fmt(s.mean)} (95% CI {_ci(r)}) min {_fmt(s.min)} "
-        f"p10 {_fmt(s.p10)} pass rate {rate}"
+        f"{r.verdict:<7} {visible(r.function)} on {visible(r.file)}: n={n} mean {_fmt(s.mean)} (95% CI {_ci(r)}) "
+        f"min {_fmt(s.min)} p10 {_fmt(s.p10)} pass rate {rate}"
     )
 
 
-def _terminal_width() -> int:
-    return max(60, shutil.get_terminal_size((120, 24)).columns)
+def terminal_width() -> int:
+    """The width to render for: ``COLUMNS`` when set, else the terminal's, else (no terminal: a CI log) 80."""
+    return max(40, shutil.get_terminal_size((80, 24)).columns)
 
 
 def write_summary(tr: Any, result: RunResult, written: Written, *, dist: str = "no") -> None:
@@ -103,72 +126,75 @@ def write_summary(tr: Any, result: RunResult, written: Written, *, dist: str = "
     if verbosity >= -1:
         tr.write_sep("=", "reward summary", bold=True)
     if verbosity >= 0 and reports:
-        tr.write(render_table(reports, markup=markup, width=_terminal_width()))
+        tr.write(render_table(reports, markup=markup, width=terminal_width()))
         method = next((r.summary.mean_ci["method"] for r in reports if r.summary.mean_ci), None)
         if method:
-            tr.write_line(
-                f"95% CI of the mean: {method}; errored samples count as failures and as the lowest score."
-            )
+            note = f"95% CI of the mean: {method}; errored samples count as failures and as the lowest score."
+            for line in _wrap(visible(note), terminal_width()):
+                tr.write_line(line)
     elif verbosity == -1:
         for r in reports:
             s = r.summary
             rate = "–" if s.pass_rate is None else f"{s.pass_rate:.1%}"
-            tr.write_line(
-                f"{r.verdict:<7} {r.function} on {r.file}: n={s.n} mean={_fmt(s.mean)} pass rate {rate}"
+            _line(
+                tr, f"{r.verdict:<7} {r.function} on {r.file}: n={s.n} mean={_fmt(s.mean)} pass rate {rate}"
             )
     if verbosity >= 0:
         for r in reports:
             ro = r.summary.rollout
             if ro and ro["n"] > 1:  # one response per prompt: pass@1 is the pass rate of the table
                 n = int(ro["n"])
-                tr.write_line(
+                _line(
+                    tr,
                     f"{r.function} on {r.file}: {n} responses per prompt: pass@1 {ro.get('pass@1', 0):.3f}, "
-                    f"pass@{n} {ro.get(f'pass@{n}', 0):.3f}, best-of-{n} mean {ro.get('best_of_n', 0):.3f}"
+                    f"pass@{n} {ro.get(f'pass@{n}', 0):.3f}, best-of-{n} mean {ro.get('best_of_n', 0):.3f}",
                 )
         if result.rollout_calls:
-            tr.write_line(
-                f"reward: rollouts: {result.rollout_calls} call(s) to the model, {result.rollout_seconds:.1f}s"
+            _line(
+                tr,
+                f"reward: rollouts: {result.rollout_calls} call(s) to the model, {result.rollout_seconds:.1f}s",
             )
             if dist == "load":
-                tr.write_line(
+                _line(
+                    tr,
                     "reward: with --dist load, workers roll out the chunks their own items need (a chunk may be "
-                    "rolled out by several); --dist loadfile keeps each samples file on one worker"
+                    "rolled out by several); --dist loadfile keeps each samples file on one worker",
                 )
     if result.probes:
         write_probes(tr, result.probes, verbosity, markup)
     if result.comparisons and verbosity >= -1:
         tr.write(
             render_comparison(
-                result.comparisons, result.comparisons[0].baseline, markup=markup, width=_terminal_width()
+                result.comparisons, result.comparisons[0].baseline, markup=markup, width=terminal_width()
             )
         )
     if result.probe_changes and verbosity >= -1:
-        tr.write(render_probe_changes(result.probe_changes, markup=markup, width=_terminal_width()))
+        tr.write(render_probe_changes(result.probe_changes, markup=markup, width=terminal_width()))
     for r in reports:
         for reason in r.errors[:3]:
-            tr.write_line(
-                f"ERROR {r.function} on {r.file}: an item ended without a verdict ({reason})", red=True
-            )
+            _line(tr, f"ERROR {r.function} on {r.file}: an item ended without a verdict ({reason})", red=True)
     for r, g in failed:
-        tr.write_line(f"FAIL {r.function} on {r.file}: {g.describe()}", red=True, bold=True)
+        _line(tr, f"FAIL {r.function} on {r.file}: {g.describe()}", red=True, bold=True)
     for line in result.compare_failures:
-        tr.write_line(f"FAIL {line}", red=True, bold=True)
+        _line(tr, f"FAIL {line}", red=True, bold=True)
     for line in written.errors:
-        tr.write_line(f"ERROR {line}", red=True, bold=True)
+        _line(tr, f"ERROR {line}", red=True, bold=True)
     if verbosity >= -1:
         for r, g in unevaluated:
-            tr.write_line(f"SKIP {r.function} on {r.file}: {g.describe()}", yellow=True)
+            _line(tr, f"SKIP {r.function} on {r.file}: {g.describe()}", yellow=True)
         for r in reports:
             if r.summary.n_flaky:
                 names = ", ".join(f"{o.sample_id} (sd {o.extra.get('spread', 0):.3f})" for o in r.flaky[:5])
                 more = f" and {r.summary.n_flaky - 5} more" if r.summary.n_flaky > 5 else ""
-                tr.write_line(
+                _line(
+                    tr,
                     f"FLAKY {r.function} on {r.file}: {r.summary.n_flaky} samples vary across runs by more than "
                     f"sd {settings.flaky_spread:g}: {names}{more}",
                     yellow=True,
                 )
             if r.summary.n_replayed:
-                tr.write_line(
+                _line(
+                    tr,
                     f"REPLAY {r.function} on {r.file}: {r.summary.n_replay_differ} of {r.summary.n_replayed} "
                     f"samples differ from the recorded score by more than {settings.replay_tolerance:g}",
                     yellow=bool(r.summary.n_replay_differ),
@@ -176,12 +202,12 @@ def write_summary(tr: Any, result: RunResult, written: Written, *, dist: str = "
     if settings.preview and verbosity >= -1:
         tr.write_sep("-", "reward preview")
         tr.write(
-            render_preview(reports, settings.preview, settings.seed, markup=markup, width=_terminal_width())
+            render_preview(reports, settings.preview, settings.seed, markup=markup, width=terminal_width())
         )
     if written.saved_path is not None:
-        tr.write_line(f"reward: stored this run as {written.saved_path}")
+        _line(tr, f"reward: stored this run as {written.saved_path}")
     for path in written.report_paths:
-        tr.write_line(f"reward: wrote {path}")
+        _line(tr, f"reward: wrote {path}")
 
 
 def render_probes(probes: Sequence[ProbeResult], *, markup: bool, width: int) -> str:
@@ -202,23 +228,25 @@ def render_probes(probes: Sequence[ProbeResult], *, markup: bool, width: int) ->
         means = "–" if p.mean_mutated is None else f"{_fmt(p.mean_original)} → {_fmt(p.mean_mutated)}"
         broke = "–" if p.verdict in ("INFO", "SKIP", "ERROR") else str(p.broken)
         table.add_row(
-            p.function,
-            p.file,
-            p.probe,
-            p.rule,
+            _cell(p.function),
+            _cell(p.file),
+            _cell(p.probe),
+            _cell(p.rule),
             str(p.checked),
             broke,
             means,
-            f"[{_verdict_style(p.verdict)}]{p.verdict}[/]",
+            _cell(p.verdict, _verdict_style(p.verdict)),
         )
-    if console.measure(table, options=console.options.update_width(100_000)).maximum > width:
-        return "".join(
-            f"{p.verdict:<7} probe {p.probe} of {p.function} on {p.file} ({p.rule}): {p.checked} checked"
-            + (f", {p.broken} broke the rule\n" if p.verdict in ("PASS", "FAIL") else "\n")
-            for p in probes
-        )
-    console.print(table)
-    return console.file.getvalue()  # type: ignore[no-any-return]
+    if _fits(console, table, width):
+        console.print(table)
+    else:  # one block per probe
+        for p in probes:
+            line = visible(f"{p.verdict:<7} probe {p.probe} of {p.function} on {p.file} ({p.rule}): ")
+            line += f"{p.checked} checked" + (
+                f", {p.broken} broke the rule" if p.verdict in ("PASS", "FAIL") else ""
+            )
+            _print_wrapped(console, line, width, head=(len(p.verdict), _verdict_style(p.verdict)))
+    return _output(console)
 
 
 def _probe_line(p: ProbeResult) -> str:
@@ -240,17 +268,17 @@ def write_probes(tr: Any, probes: Sequence[ProbeResult], verbosity: int, markup:
     skipped or reports (``info``); ``-q`` keeps the lines, ``-qq`` only the failures."""
     if verbosity >= 0:
         tr.write_sep("-", "reward probes")
-        tr.write(render_probes(probes, markup=markup, width=_terminal_width()))
+        tr.write(render_probes(probes, markup=markup, width=terminal_width()))
     for p in probes:
         where = f"probe {p.probe} of {p.function} on {p.file}: {_probe_line(p)}"
         if p.verdict in ("FAIL", "ERROR"):
-            tr.write_line(f"{p.verdict} {where}", red=True, bold=True)
+            _line(tr, f"{p.verdict} {where}", red=True, bold=True)
         elif verbosity >= -1 and p.verdict == "INFO":
-            tr.write_line(f"INFO {where}", cyan=True)
+            _line(tr, f"INFO {where}", cyan=True)
         elif verbosity >= -1 and p.verdict == "SKIP":
-            tr.write_line(f"SKIP {where}", yellow=True)
+            _line(tr, f"SKIP {where}", yellow=True)
         elif verbosity >= 0 and p.note:
-            tr.write_line(f"NOTE probe {p.probe} of {p.function} on {p.file}: {p.note}", yellow=True)
+            _line(tr, f"NOTE probe {p.probe} of {p.function} on {p.file}: {p.note}", yellow=True)
 
 
 def _console(markup: bool, width: int) -> Any:
@@ -262,22 +290,26 @@ def _console(markup: bool, width: int) -> Any:
         force_terminal=markup,
         no_color=not markup,
         color_system="standard" if markup else None,
+        markup=False,  # data is never markup: styles come from Text objects
         highlight=False,
         emoji=False,
     )
 
 
 def _clip(text: str | None, limit: int) -> str:
+    """One line of at most ``limit`` characters, safe for the terminal."""
     if text is None:
         return "–"
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    text = " ".join(str(text).split())
+    text = text if len(text) <= limit else text[: limit - 1] + "…"
+    return visible(text)
 
 
 def render_preview(reports: Sequence[GroupResult], n: int, seed: int, *, markup: bool, width: int) -> str:
     """``--reward-preview``: a few samples per function with their conversations, scores and reasons."""
     from rich import box
     from rich.table import Table
+    from rich.text import Text
 
     console = _console(markup, width)
     for r in reports:
@@ -285,12 +317,15 @@ def render_preview(reports: Sequence[GroupResult], n: int, seed: int, *, markup:
         if not shown:
             continue
         table = Table(
-            title=f"{r.function} on {r.file}: {len(shown)} of {r.summary.n} samples (worst first, then random; seed {seed})",
+            title=Text(
+                f"{visible(r.function)} on {visible(r.file)}: {len(shown)} of {r.summary.n} samples (worst first, "
+                f"then random; seed {seed})"
+            ),
             box=box.SIMPLE_HEAD if markup else box.ASCII2,
             show_lines=True,
             title_justify="left",
         )
-        table.add_column("sample", overflow="fold", max_width=22)
+        table.add_column("sample", no_wrap=True)
         table.add_column("user", overflow="fold", ratio=3)
         table.add_column("response", overflow="fold", ratio=3)
         table.add_column("score", justify="right", no_wrap=True)
@@ -298,25 +333,46 @@ def render_preview(reports: Sequence[GroupResult], n: int, seed: int, *, markup:
         table.add_column("reason", overflow="fold", ratio=2)
         table.add_column("verdict", no_wrap=True)
         for o in shown:
-            metrics = "\n".join(f"{k} {m['score']:.3g}" for k, m in o.metrics.items()) or "–"
+            metrics = "\n".join(f"{visible(k)} {m['score']:.3g}" for k, m in o.metrics.items()) or "–"
             reason = o.reason if o.error is None else o.error
-            verdict = {"pass": "[green]pass[/]", "fail": "[red]fail[/]", "below": "[yellow]below[/]"}.get(
-                o.verdict, o.verdict
-            )
+            style = {"pass": "green", "fail": "red", "below": "yellow"}.get(o.verdict, "")
+            verdict = Text(visible(o.verdict), style=style)
             problems = o.failures or o.below
             if problems and problems[0] != reason:
-                verdict += "\n" + _clip(problems[0], 80).replace("[", "\\[")
+                verdict.append("\n" + _clip(problems[0], 80))
             table.add_row(
-                f"{o.sample_id}\n{o.file}:{o.line}",
-                _clip(o.user, 300),
-                _clip(o.response, 300),
+                Text(f"{visible(o.sample_id)}\n{visible(o.file)}:{o.line}"),
+                Text(_clip(o.user, 300)),
+                Text(_clip(o.response, 300)),
                 "err" if o.score is None else f"{o.score:.3f}",
-                metrics,
-                _clip(reason, 200),
+                Text(metrics),
+                Text(_clip(reason, 200)),
                 verdict,
             )
-        console.print(table)
-    return console.file.getvalue()  # type: ignore[no-any-return]
+        if width >= 120 and console.measure(table).minimum <= width:
+            console.print(table)
+        else:
+            _preview_blocks(console, table.title.plain, shown, width)
+    return _output(console)
+
+
+def _preview_blocks(console: Any, title: str, shown: Sequence[Any], width: int) -> None:
+    """The preview where its table would not fit: one block per sample, every line within ``width``."""
+    _print_wrapped(console, title, width)
+    for o in shown:
+        style = {"pass": "green", "fail": "red", "below": "yellow"}.get(o.verdict, "")
+        score = "err" if o.score is None else f"{o.score:.3f}"
+        head = f"{visible(o.verdict)} {visible(o.sample_id)} ({visible(o.file)}:{o.line}) score {score}"
+        _print_wrapped(console, head, width, head=(len(visible(o.verdict)), style))
+        reason = o.reason if o.error is None else o.error
+        problems = o.failures or o.below
+        fields = [("user", o.user), ("response", o.response), ("reason", reason)]
+        if problems and problems[0] != reason:
+            fields.append(("verdict", problems[0]))
+        if o.metrics:
+            fields.append(("metrics", ", ".join(f"{k} {m['score']:.3g}" for k, m in o.metrics.items())))
+        for label, text in fields:
+            _print_wrapped(console, f"{label:<9} {_clip(text, 300)}", width, indent="  ", words=False)
 
 
 def _sample_name(e: Any) -> str:
@@ -324,80 +380,118 @@ def _sample_name(e: Any) -> str:
 
 
 def _names(refs: Sequence[Any], total: int, shown: int = 5) -> str:
-    names = ", ".join(_sample_name(r) for r in refs[:shown])
+    names = ", ".join(visible(_sample_name(r)) for r in refs[:shown])
     return names + (f", and {total - min(shown, len(refs))} more" if total > min(shown, len(refs)) else "")
 
 
+def _comparison_numbers(c: Any) -> tuple[str, str, str, str]:
+    """Responses changed, mean before → after, Δ mean [CI], pass rate before → after of one comparison."""
+    changed = "–" if c.n_response_changed is None else f"{c.n_response_changed} of {c.n_paired}"
+    if c.status != "compared":
+        return "–", visible(c.status), "–", "–"
+    mean = rate = delta = "–"
+    if c.group_mean_before is not None:
+        mean = f"{c.group_mean_before:.3f} → {c.group_mean_after:.3f}"
+        rate = f"{c.group_pass_rate_before:.1%} → {c.group_pass_rate_after:.1%}"
+    if c.mean_delta is not None:
+        d = c.mean_delta
+        delta = f"{d['estimate']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]"
+    return changed, mean, delta, rate
+
+
+def _delta_style(c: Any) -> str:
+    d = c.mean_delta if c.status == "compared" else None
+    if d is None:
+        return ""
+    return "red" if d["high"] < 0 else ("green" if d["low"] > 0 else "")
+
+
+_PAIRING = (
+    "samples pair by id, else by what they ask (the conversation without its final answer, the ground truth, the "
+    "other fields); mean and pass rate: every sample of each run; Δ mean: the paired samples"
+)
+
+
 def render_comparison(comparisons: list[Any], baseline: str, *, markup: bool, width: int) -> str:
-    """The comparison with a stored run: one row per function × file, then warnings, the new and removed samples
-    and the most changed samples."""
+    """The comparison with a stored run: one row per function × file (one block each where a row would not fit),
+    then warnings, the new and removed samples and the most changed samples."""
     from rich import box
     from rich.table import Table
 
     console = _console(markup, width)
     table = Table(
-        title=f"compared with stored run {baseline}",
+        title=_cell(f"compared with stored run {baseline}"),
         title_justify="left",
-        caption="samples pair by id, else by what they ask (the conversation without its final answer, the ground "
-        "truth, the other fields); mean and pass rate: every sample of each run; Δ mean: the paired samples",
+        caption=_PAIRING,
         caption_justify="left",
         box=box.SIMPLE_HEAD if markup else box.ASCII2,
         show_edge=False,
     )
-    table.add_column("function", overflow="fold")
-    table.add_column("samples", overflow="fold")
-    table.add_column("paired", justify="right")
+    table.add_column("function", no_wrap=True)
+    table.add_column("samples", no_wrap=True)
+    table.add_column("paired", justify="right", no_wrap=True)
     table.add_column("new/removed", justify="right", no_wrap=True)
-    table.add_column("responses changed", justify="right")
+    table.add_column("responses changed", justify="right", no_wrap=True)
     table.add_column("mean before → after", justify="right", no_wrap=True)
     table.add_column("Δ mean [95% CI]", justify="right", no_wrap=True)
     table.add_column("pass rate before → after", justify="right", no_wrap=True)
     for c in comparisons:
-        changed = "–" if c.n_response_changed is None else f"{c.n_response_changed} of {c.n_paired}"
-        if c.status != "compared":
-            table.add_row(
-                c.function, c.file, str(c.n_paired), f"{c.n_new}/{c.n_removed}", "–", c.status, "–", "–"
-            )
-            continue
-        mean = rate = "–"
-        if c.group_mean_before is not None:
-            mean = f"{c.group_mean_before:.3f} → {c.group_mean_after:.3f}"
-            rate = f"{c.group_pass_rate_before:.1%} → {c.group_pass_rate_after:.1%}"
-        delta = "–"
-        if c.mean_delta is not None:
-            d = c.mean_delta
-            style = "red" if d["high"] < 0 else ("green" if d["low"] > 0 else "")
-            delta = f"{d['estimate']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]"
-            delta = f"[{style}]{delta}[/]" if style else delta
+        changed, mean, delta, rate = _comparison_numbers(c)
         table.add_row(
-            c.function, c.file, str(c.n_paired), f"{c.n_new}/{c.n_removed}", changed, mean, delta, rate
+            _cell(c.function),
+            _cell(c.file),
+            str(c.n_paired),
+            f"{c.n_new}/{c.n_removed}",
+            changed,
+            mean,
+            _cell(delta, _delta_style(c)),
+            rate,
         )
-    console.print(table)
+    if _fits(console, table, width):
+        console.print(table)
+    else:  # one block per function × file, every line within the width
+        _print_wrapped(console, f"compared with stored run {visible(baseline)}", width)
+        for c in comparisons:
+            changed, mean, delta, rate = _comparison_numbers(c)
+            _print_wrapped(console, f"{visible(c.function)} on {visible(c.file)}", width)
+            _print_wrapped(
+                console,
+                f"paired {c.n_paired}; new/removed {c.n_new}/{c.n_removed}; responses changed {changed}",
+                width,
+                indent="  ",
+            )
+            if c.status != "compared":
+                _print_wrapped(console, f"not compared: {mean}", width, indent="  ")
+                continue
+            _print_wrapped(console, f"mean {mean}; pass rate {rate}", width, indent="  ")
+            _print_wrapped(console, f"Δ mean {delta}", width, indent="  ", style=_delta_style(c))
+        _print_wrapped(console, _PAIRING, width)
     for c in comparisons:
-        where = f"{c.function} on {c.file}"
+        where = f"{visible(c.function)} on {visible(c.file)}"
         for warning in c.warnings:
-            console.print(f"WARNING {where}: {warning}", style="yellow", markup=False, soft_wrap=True)
+            _print_wrapped(console, f"WARNING {where}: {visible(warning)}", width, style="yellow")
         if c.status == "compared":
             for label, refs, total in (
                 ("new", c.new_samples, c.n_new),
                 ("removed", c.removed_samples, c.n_removed),
             ):
                 if total:
-                    console.print(f"  {where} {label}: {_names(refs, total)}", markup=False, soft_wrap=True)
+                    _print_wrapped(console, f"{where} {label}: {_names(refs, total)}", width, indent="  ")
         for label, items in (("most regressed", c.regressed), ("most improved", c.improved)):
             if items:
                 entries = ", ".join(
-                    f"{_sample_name(e)} {e.before:.3f}→{e.after:.3f}"
+                    f"{visible(_sample_name(e))} {e.before:.3f}→{e.after:.3f}"
                     + (" (new response)" if e.response_changed else "")
                     for e in items[:3]
                 )
-                console.print(f"  {where} {label}: {entries}", markup=False, soft_wrap=True)
-    return console.file.getvalue()  # type: ignore[no-any-return]
+                _print_wrapped(console, f"{where} {label}: {entries}", width, indent="  ")
+    return _output(console)
 
 
 def render_probe_changes(changes: Sequence[Any], *, markup: bool, width: int) -> str:
     """The probes compared with a stored run: one row per function × file × probe whose verdict changed (a
-    regression, an improvement, a probe on one side only), then how many kept their verdict."""
+    regression, an improvement, a probe on one side only; one line each where a row would not fit), then how many
+    kept their verdict."""
     from rich import box
     from rich.table import Table
 
@@ -405,27 +499,95 @@ def render_probe_changes(changes: Sequence[Any], *, markup: bool, width: int) ->
     shown = [c for c in changes if c.status != "unchanged"]
     same = len(changes) - len(shown)
     if shown:
+        title = f"probes compared with stored run {visible(changes[0].baseline)}"
         table = Table(
-            title=f"probes compared with stored run {changes[0].baseline}",
+            title=_cell(title),
             title_justify="left",
             box=box.SIMPLE_HEAD if markup else box.ASCII2,
             show_edge=False,
         )
-        for name in ("function", "samples", "probe"):
-            table.add_column(name, overflow="fold")
-        table.add_column("before", no_wrap=True)
-        table.add_column("now", no_wrap=True)
-        table.add_column("change", no_wrap=True)
+        for name in ("function", "samples", "probe", "before", "now", "change"):
+            table.add_column(name, no_wrap=True)
         for c in shown:
             style = {"regressed": "red", "improved": "green"}.get(c.status, "")
-            status = f"[{style}]{c.status}[/]" if style else c.status
-            table.add_row(c.function, c.file, c.probe, c.counts("before"), c.counts("after"), status)
-        console.print(table)
+            table.add_row(
+                _cell(c.function),
+                _cell(c.file),
+                _cell(c.probe),
+                c.counts("before"),
+                c.counts("after"),
+                _cell(c.status, style),
+            )
+        if _fits(console, table, width):
+            console.print(table)
+        else:
+            _print_wrapped(console, title, width)
+            for c in shown:
+                style = {"regressed": "red", "improved": "green"}.get(c.status, "")
+                _print_wrapped(
+                    console,
+                    f"{visible(c.status)}: probe {visible(c.probe)} of {visible(c.function)} on {visible(c.file)}: "
+                    f"{c.counts('before')} → {c.counts('after')}",
+                    width,
+                    indent="  ",
+                    style=style,
+                )
     if same:
-        console.print(
-            f"probes: {same} with the same verdict as in stored run {changes[0].baseline}", markup=False
+        _print_wrapped(
+            console,
+            f"probes: {same} with the same verdict as in stored run {visible(changes[0].baseline)}",
+            width,
         )
-    return console.file.getvalue()  # type: ignore[no-any-return]
+    return _output(console)
+
+
+def _fits(console: Any, table: Any, width: int) -> bool:
+    """Whether ``table`` fits ``width`` without wrapping a cell."""
+    return bool(console.measure(table, options=console.options.update_width(100_000)).maximum <= width)
+
+
+def _wrap(text: str, width: int, indent: str = "", words: bool = True) -> list[str]:
+    """``text`` in lines of at most ``width`` columns, broken between words only (a word wider than the width
+    stands alone on its line; ``words=False``: a long word is split, for texts that are not names); continuation
+    lines indented two more columns."""
+    import textwrap
+
+    return textwrap.wrap(
+        text,
+        width=max(width, len(indent) + 12),
+        initial_indent=indent,
+        subsequent_indent=indent + "  ",
+        break_long_words=not words,
+        break_on_hyphens=False,
+    ) or [indent]
+
+
+def _print_wrapped(
+    console: Any,
+    text: str,
+    width: int,
+    *,
+    indent: str = "",
+    style: str = "",
+    head: tuple[int, str] = (0, ""),
+    words: bool = True,
+) -> None:
+    """Print ``text`` wrapped to ``width`` (``style`` on all of it; ``head``: a style for its first characters)."""
+    from rich.text import Text
+
+    for i, line in enumerate(_wrap(text, width, indent, words)):
+        styled = Text(line, style=style)
+        if i == 0 and head[0]:
+            styled.stylize(head[1], 0, head[0])
+        console.print(styled, soft_wrap=True)
+
+
+_TRAILING = re.compile(r"[ ]+((?:\x1b\[[0-9;]*m)*)$", re.MULTILINE)
+
+
+def _output(console: Any) -> str:
+    """What ``console`` rendered, without the spaces rich pads lines with."""
+    return _TRAILING.sub(r"\1", console.file.getvalue())
 
 
 def write_deploy(tr: Any, outcome: Any) -> None:
@@ -435,6 +597,6 @@ def write_deploy(tr: Any, outcome: Any) -> None:
         outcome.status, {"red": True, "bold": True}
     )
     prefix = "ERROR " if outcome.failed else ""
-    tr.write_line(f"{prefix}reward deploy: {outcome.message}", **style)
+    _line(tr, f"{prefix}reward deploy: {outcome.message}", **style)
     for line in outcome.lines:
-        tr.write_line(line)
+        _line(tr, line)

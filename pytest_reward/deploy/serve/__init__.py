@@ -56,7 +56,7 @@ __all__ = [
     "ServeError",
     "ServeOptions",
     "ServedFunction",
-    "Target",
+    "ServedRewards",
     "app_from_env",
     "bind",
     "configure",
@@ -69,7 +69,7 @@ _HOME = {
     "ENV_TOKEN": "options",
     "ServeOptions": "options",
     "ServedFunction": "loading",
-    "Target": "loading",
+    "ServedRewards": "loading",
     "load_target": "loading",
     "GuardedH11Protocol": "guard",
     "create_app": "app",
@@ -82,7 +82,7 @@ _HOME = {
 if TYPE_CHECKING:  # pragma: no cover
     from .app import create_app
     from .cli import configure
-    from .loading import ServedFunction, Target, load_target
+    from .loading import ServedFunction, ServedRewards, load_target
     from .options import ENV_TOKEN, ServeOptions
     from .server import app_from_env, bind, run
 

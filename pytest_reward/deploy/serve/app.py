@@ -41,7 +41,7 @@ from ...reward.call import Reward, describe_exception, failed_result
 from ...trainers import openrlhf, slime
 from ...trainers.adapter import flat_scores, is_valid, result_json
 from .guard import Guard
-from .loading import ServedFunction, Target
+from .loading import ServedFunction, ServedRewards
 from .options import ServeOptions
 
 __all__ = ["MAX_DEPTH", "create_app", "log"]
@@ -243,7 +243,7 @@ def _timeout_result(name: str, seconds: float) -> Any:
 class _Scorer:
     """Runs reward calls: sync functions in a thread pool, async ones on the loop, under one deadline."""
 
-    def __init__(self, target: Target, options: ServeOptions) -> None:
+    def __init__(self, target: ServedRewards, options: ServeOptions) -> None:
         self.target = target
         self.options = options
         self.pool = ThreadPoolExecutor(max_workers=options.threads, thread_name_prefix="reward")
@@ -363,7 +363,7 @@ class _Scorer:
 # --- the app -------------------------------------------------------------------------------------------------------
 
 
-def create_app(target: Target, options: ServeOptions | None = None) -> Any:
+def create_app(target: ServedRewards, options: ServeOptions | None = None) -> Any:
     """The ASGI application serving ``target`` (see the package docstring for routes and rules)."""
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException

@@ -24,7 +24,7 @@ from ...reward.call import Reward
 from ...reward.decorator import is_reward_function
 from ..runtime import load_bundle
 
-__all__ = ["ServedFunction", "Target", "load_target"]
+__all__ = ["ServedFunction", "ServedRewards", "load_target"]
 
 _IMPORT_SPEC = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*(:[A-Za-z_][A-Za-z0-9_.]*)?$")
 
@@ -49,7 +49,7 @@ class ServedFunction:
 
 
 @dataclass
-class Target:
+class ServedRewards:
     """Reward functions loaded from a bundle or a module, with what ``/health`` and ``/manifest`` report."""
 
     kind: str  # "bundle" or "module"
@@ -82,7 +82,7 @@ def _select(
     return {function: functions[function]}
 
 
-def _bundle_target(path: Path, function: str | None) -> Target:
+def _bundle_target(path: Path, function: str | None) -> ServedRewards:
     try:
         bundle = load_bundle(path)
     except BundleError as exc:
@@ -101,7 +101,7 @@ def _bundle_target(path: Path, function: str | None) -> Target:
     bundle_info = manifest.get("bundle") if isinstance(manifest.get("bundle"), dict) else {}
     version = manifest.get("bundle_version") or bundle_info.get("version") or manifest.get("release")
     content_hash = manifest.get("content_hash") or bundle_info.get("content_hash")
-    return Target(
+    return ServedRewards(
         kind="bundle",
         name=bundle.name,
         version=None if version is None else str(version),
@@ -112,7 +112,7 @@ def _bundle_target(path: Path, function: str | None) -> Target:
     )
 
 
-def _module_target(module: Any, attr: str | None, function: str | None, location: str) -> Target:
+def _module_target(module: Any, attr: str | None, function: str | None, location: str) -> ServedRewards:
     where = getattr(module, "__name__", location)
     if attr is not None:
         obj: Any = module
@@ -147,10 +147,10 @@ def _module_target(module: Any, attr: str | None, function: str | None, location
             for f in functions.values()
         ],
     }
-    return Target("module", where, None, digest, manifest, functions, location)
+    return ServedRewards("module", where, None, digest, manifest, functions, location)
 
 
-def load_target(spec: str, function: str | None = None) -> Target:
+def load_target(spec: str, function: str | None = None) -> ServedRewards:
     """Load what ``pytest-reward serve`` serves; ``ServeError`` with a one-line reason otherwise."""
     path = Path(spec)
     if path.exists():

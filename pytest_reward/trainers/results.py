@@ -29,13 +29,13 @@ __all__ = [
     "Style",
     "as_list",
     "awaited",
-    "message_text",
     "never",
     "prompt_text",
-    "response_text",
     "scalar_or_dict",
+    "solution_text",
     "split",
     "trainer_result",
+    "turn_text",
 ]
 
 
@@ -60,7 +60,7 @@ def never(params: list[str]) -> bool:
     return False
 
 
-def message_text(message: Mapping[str, Any] | None) -> str:
+def turn_text(message: Mapping[str, Any] | None) -> str:
     """A message's text: its content, or the text parts of a list content joined; empty for none."""
     content = (message or {}).get("content")
     if isinstance(content, list):
@@ -68,18 +68,18 @@ def message_text(message: Mapping[str, Any] | None) -> str:
     return "" if content is None else str(content)
 
 
-def response_text(messages: Sequence[Mapping[str, Any]]) -> str:
+def solution_text(messages: Sequence[Mapping[str, Any]]) -> str:
     """The response's text (the final assistant turn's; empty when there is none), as :func:`split` gives it,
     without copying the prompt."""
     if messages and messages[-1].get("role") == "assistant":
-        return message_text(messages[-1])
+        return turn_text(messages[-1])
     return ""
 
 
 def split(messages: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], str]:
     """(the prompt's messages, the response's text): the response is the final assistant turn."""
     if messages and messages[-1].get("role") == "assistant":
-        return [dict(m) for m in messages[:-1]], message_text(messages[-1])
+        return [dict(m) for m in messages[:-1]], turn_text(messages[-1])
     return [dict(m) for m in messages], ""
 
 
@@ -87,7 +87,7 @@ def prompt_text(prompt: Sequence[Mapping[str, Any]]) -> str:
     """A prompt as a trainer's string: the user turn's text alone, or ChatML (with the generation prompt) when the
     conversation has several turns."""
     if len(prompt) == 1 and prompt[0].get("role") == "user":
-        return message_text(prompt[0])
+        return turn_text(prompt[0])
     return render_chatml(prompt, add_generation_prompt=True)
 
 

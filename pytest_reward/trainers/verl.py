@@ -29,7 +29,7 @@ from ..errors import SampleFormatError
 from ..reward.chat import conversation
 from ..reward.models import EvaluateResult
 from .adapter import BUNDLE_SOURCE_LINE, Source, WeightedAdapter
-from .results import IMMUTABLE, SHARED, ScalarStep, Style, awaited, response_text, scalar_or_dict
+from .results import IMMUTABLE, SHARED, ScalarStep, Style, awaited, scalar_or_dict, solution_text
 
 __all__ = [
     "BUNDLE_FILE",
@@ -96,7 +96,7 @@ def style(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
         is handed the response's text (read from ``messages``), ``fields``' ``data_source``, ``ground_truth`` and
         a new ``extra_info`` dict (``fields``' own, shallow-copied, plus ``num_turns`` and
         ``rollout_reward_scores``)."""
-        response = response_text(messages)
+        response = solution_text(messages)
         extra_info = dict(fields.get("extra_info") or {})
         extra_info["num_turns"] = fields.get("num_turns")
         extra_info["rollout_reward_scores"] = fields.get("reward_scores") or {}
@@ -146,9 +146,9 @@ def style(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
             and last.get("role") == "assistant"
             and last.get("content").__class__ is str
         ):
-            response = last["content"]  # response_text's text of the usual last turn
+            response = last["content"]  # solution_text's text of the usual last turn
         else:
-            response = response_text(messages)
+            response = solution_text(messages)
         value = fn(
             data_source=source, solution_str=response, ground_truth=ground_truth, extra_info=extra_info
         )

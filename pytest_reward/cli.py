@@ -117,7 +117,8 @@ def _preview_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Name
         try:
             return preview_folders(args.metrics_folders, args.samples, max_samples=args.max_samples).exit_code
         except UsageError as exc:
-            print(f"pytest-reward preview: {exc}", file=sys.stderr)
+            if not getattr(exc, "shown", False):  # not printed by the session already
+                print(f"pytest-reward preview: {exc}", file=sys.stderr)
             return 4
 
     return run
@@ -158,7 +159,8 @@ def _deploy_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Names
                 samples=args.samples,
             )
         except UsageError as exc:
-            print(f"pytest-reward deploy: {exc}", file=sys.stderr)
+            if not getattr(exc, "shown", False):  # not printed by the session already
+                print(f"pytest-reward deploy: {exc}", file=sys.stderr)
             return 4
         except RewardDeployError as exc:
             print(f"pytest-reward deploy: {exc}", file=sys.stderr)

@@ -140,6 +140,19 @@ class _FolderSession:
         self.outcome: Any = None
         self.failures: list[str] = []
         self.gate_failures: list[str] = []
+        self.usage_error: str | None = None
+
+    def _refuse(self, message: str) -> pytest.UsageError:
+        self.usage_error = message
+        return pytest.UsageError(message)
+
+    def check_usage(self) -> None:
+        """After the session: a usage error this plugin raised in it, again as the caller's exception (pytest
+        printed it already)."""
+        if self.usage_error is not None:
+            exc = UsageError(self.usage_error)
+            exc.shown = True  # type: ignore[attr-defined]
+            raise exc
 
     # -- which functions -----------------------------------------------------------------------------------
 
@@ -154,12 +167,12 @@ class _FolderSession:
             try:
                 module = import_reward_module(main, config.rootpath, config.getoption("importmode"))
             except Exception as exc:
-                raise pytest.UsageError(
+                raise self._refuse(
                     f"{folder.given}: could not import {main}: {type(exc).__name__}: {exc}"
                 ) from None
             found = functions_in(module)
             if not found:
-                raise pytest.UsageError(
+                raise self._refuse(
                     f"{folder.given}: {main} defines no reward function (decorate one with @reward_function)"
                 )
             specs += [f"{main}::{attr}" for attr, _ in found]
@@ -196,7 +209,10 @@ class _FolderSession:
                         tested.add(folder.name)
         missing = [f.given for f in self.folders if f.name not in tested]
         if missing:
-            raise pytest.UsageError(f"no samples to test {', '.join(missing)} on: {self.no_samples_hint}")
+            # refused before anything ran: the deploy step has nothing to say
+            if config.pluginmanager.has_plugin("pytest-reward-deploy"):
+                config.pluginmanager.unregister(name="pytest-reward-deploy")
+            raise self._refuse(f"no samples to test {', '.join(missing)} on: {self.no_samples_hint}")
         if self.max_samples > 0:
             kept, dropped = _first_samples(items, self.max_samples)
             if dropped:
@@ -329,6 +345,7 @@ def preview_folders(
     start = time.perf_counter()
     code = _session(folders, [*args, *pytest_args], plugin)
     elapsed = int((time.perf_counter() - start) * 1000)
+    plugin.check_usage()
     return PreviewResult(code, plugin.results, elapsed)
 
 
@@ -386,6 +403,7 @@ def deploy_folders(
         force_hint=hint["force"],
     )
     code = _session(folders, [*args, *pytest_args], plugin)
+    plugin.check_usage()
     receipt = plugin.receipt
     if receipt is None or code != 0:
         lines = [f"{evaluator_id} was not deployed (pytest exit code {code})"]

@@ -87,7 +87,101 @@ def _compare_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Name
     return run
 
 
+def _metrics_folders_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--metrics-folders",
+        "-m",
+        nargs="+",
+        action="extend",
+        required=True,
+        metavar="NAME=PATH",
+        help="metrics folders: a directory whose main.py defines a @reward_function (repeatable)",
+    )
+
+
+def _preview_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
+    _metrics_folders_argument(parser)
+    parser.add_argument("--samples", "-s", required=True, metavar="FILE", help="samples file (JSONL)")
+    parser.add_argument(
+        "--max-samples",
+        type=int,
+        default=5,
+        metavar="N",
+        help="run the first N samples of the file (default 5; 0: all)",
+    )
+
+    def run(args: argparse.Namespace) -> int:
+        from .errors import UsageError
+        from .plugin.metrics_folders import preview_folders
+
+        try:
+            return preview_folders(args.metrics_folders, args.samples, max_samples=args.max_samples).exit_code
+        except UsageError as exc:
+            if not getattr(exc, "shown", False):  # not printed by the session already
+                print(f"pytest-reward preview: {exc}", file=sys.stderr)
+            return 4
+
+    return run
+
+
+def _deploy_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
+    parser.add_argument("--id", required=True, help="evaluator id: the deployment's name at the target")
+    _metrics_folders_argument(parser)
+    parser.add_argument("--display-name", help="display name carried by the deployment (default: the id)")
+    parser.add_argument("--description", help="description carried by the deployment")
+    parser.add_argument(
+        "--force", "-f", action="store_true", help="replace an existing deployment with this id"
+    )
+    parser.add_argument(
+        "--target",
+        help="dir:PATH, http(s)://URL, fireworks[:ID] or a plugin's scheme (default: ini reward_deploy_target, "
+        "else dir:.reward/deploy)",
+    )
+    parser.add_argument(
+        "--samples",
+        "-s",
+        metavar="FILE",
+        help="samples file to test on (default: the samples bound by marker or ini reward_samples_glob)",
+    )
+
+    def run(args: argparse.Namespace) -> int:
+        from .errors import RewardDeployError, UsageError
+        from .plugin.metrics_folders import deploy_folders
+
+        try:
+            result = deploy_folders(
+                args.id,
+                args.metrics_folders,
+                display_name=args.display_name,
+                description=args.description,
+                force=args.force,
+                target=args.target,
+                samples=args.samples,
+            )
+        except UsageError as exc:
+            if not getattr(exc, "shown", False):  # not printed by the session already
+                print(f"pytest-reward deploy: {exc}", file=sys.stderr)
+            return 4
+        except RewardDeployError as exc:
+            print(f"pytest-reward deploy: {exc}", file=sys.stderr)
+            return 1
+        print(
+            f"Deployed evaluator {result['id']!r}: {result['name']} ({result['bundle']} at {result['location']})"
+        )
+        return 0
+
+    return run
+
+
 SUBCOMMANDS["compare"] = ("Compare two stored runs (no test is run).", _compare_command)
+SUBCOMMANDS["preview"] = (
+    "Run the reward functions of metrics folders on samples and show the preview (reward-kit's preview).",
+    _preview_command,
+)
+SUBCOMMANDS["deploy"] = (
+    "Test metrics folders on their samples and deploy them under an id if green (reward-kit's deploy).",
+    _deploy_command,
+)
 SUBCOMMANDS["serve"] = (
     "Serve reward functions over HTTP to RL trainers (reward-kit, OpenRLHF, slime routes).",
     lambda parser: __import__("pytest_reward.deploy.serve", fromlist=["configure"]).configure(parser),

@@ -11,12 +11,19 @@
   payload reward-kit's ``create_evaluation`` sends (``CODE_SNIPPETS`` criteria), but with every bundle file and
   the requirements (reward-kit drops both). Needs ``FIREWORKS_API_KEY`` and ``FIREWORKS_ACCOUNT_ID``; the API base
   is ``FIREWORKS_API_BASE`` (default ``https://api.fireworks.ai``). Without credentials it refuses to run.
+
+A deploy under a deployment id (:func:`deploy_as`, what ``pytest-reward deploy --id`` and ``create_evaluation``
+do) replaces an existing deployment with that id only when forced; otherwise it raises
+:class:`DeploymentExists`. ``dir:`` finds one by its bundle name in PATH; ``http(s):`` sends the id in
+``X-Reward-Deployment-Id`` (and ``X-Reward-Replace: 1`` when forced) and reads a 409 answer as "exists";
+``fireworks`` asks the API for the evaluator first.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 import urllib.error
 import urllib.request
@@ -28,7 +35,21 @@ from typing import Any, Protocol
 from ..errors import DeployError
 from .bundle import BuiltBundle, copy_bundle
 
-__all__ = ["DeployError", "DirTarget", "FireworksTarget", "HttpTarget", "Receipt", "Target", "TargetRegistry"]
+__all__ = [
+    "DeployError",
+    "DeploymentExists",
+    "DirTarget",
+    "FireworksTarget",
+    "HttpTarget",
+    "Receipt",
+    "Target",
+    "TargetRegistry",
+    "deploy_as",
+]
+
+
+class DeploymentExists(DeployError):
+    """The target already holds a deployment with the id asked for, and replacing it was not asked for."""
 
 
 @dataclass
@@ -99,6 +120,39 @@ class DirTarget:
             unchanged=unchanged,
         )
 
+    def deployments(self, name: str) -> list[Path]:
+        """The bundle directories of ``name`` already in PATH (any version)."""
+        if not self.path.is_dir():
+            return []
+        return sorted(
+            d for d in self.path.glob(f"{name}-*") if d.is_dir() and (d / "manifest.json").is_file()
+        )
+
+    def deploy_as(self, bundle: BuiltBundle, deployment_id: str, *, force: bool) -> Receipt:
+        existing = self.deployments(bundle.name)
+        if existing and not force:
+            raise DeploymentExists(
+                f"{self.path} already holds deployment {deployment_id!r} ({existing[-1].name})"
+            )
+        # Forced: the same version is written again (its manifest may carry a new description), the others go.
+        aside = self.path / f".replaced-{bundle.directory.name}-{os.getpid()}"
+        same = self.path / bundle.directory.name
+        if same in existing:
+            os.replace(same, aside)
+        try:
+            receipt = self.deploy(bundle)
+        except BaseException:
+            if aside.exists() and not same.exists():
+                os.replace(aside, same)
+            raise
+        shutil.rmtree(aside, ignore_errors=True)
+        for old in existing:
+            if old != same:
+                shutil.rmtree(old, ignore_errors=True)
+                old.with_name(old.name + ".tar.gz").unlink(missing_ok=True)
+        receipt.detail["replaced"] = [d.name for d in existing]
+        return receipt
+
 
 # --- http(s):// -------------------------------------------------------------------------------------------
 
@@ -128,6 +182,13 @@ class HttpTarget:
         self.token_env = env
 
     def deploy(self, bundle: BuiltBundle) -> Receipt:
+        return self._send(bundle, {})
+
+    def deploy_as(self, bundle: BuiltBundle, deployment_id: str, *, force: bool) -> Receipt:
+        extra = {"X-Reward-Deployment-Id": deployment_id, "X-Reward-Replace": "1" if force else "0"}
+        return self._send(bundle, extra, deployment_id)
+
+    def _send(self, bundle: BuiltBundle, extra: dict[str, str], deployment_id: str | None = None) -> Receipt:
         data = bundle.tarball.read_bytes()
         headers = {
             "Content-Type": "application/gzip",
@@ -135,6 +196,7 @@ class HttpTarget:
             "X-Reward-Bundle-Version": bundle.version,
             "X-Reward-Bundle-Hash": bundle.content_hash,
             "User-Agent": f"pytest-reward/{bundle.manifest.get('plugin_version', '')}",
+            **extra,
         }
         token = os.environ.get(self.token_env)
         if token:
@@ -149,6 +211,8 @@ class HttpTarget:
                 if 200 <= status < 300:
                     return self._receipt(bundle, status, body)
                 last = f"HTTP {status}: {body[:200].decode('utf-8', 'replace')}"
+                if status == 409 and deployment_id is not None:
+                    raise DeploymentExists(f"{self.url} already holds deployment {deployment_id!r} ({last})")
                 if status not in self.RETRIABLE:
                     break
             if attempt < self.retries:
@@ -219,11 +283,13 @@ class FireworksTarget:
                 }
             )
         evaluator_id = self.evaluator_id or bundle.name.replace("_", "-")
+        deployment = bundle.manifest.get("deployment") or {}
         return {
             "evaluatorId": evaluator_id,
             "evaluator": {
-                "displayName": evaluator_id,
-                "description": f"pytest-reward bundle {bundle.name} {bundle.version}",
+                "displayName": deployment.get("display_name") or evaluator_id,
+                "description": deployment.get("description")
+                or f"pytest-reward bundle {bundle.name} {bundle.version}",
                 "multiMetrics": True,
                 "criteria": criteria,
                 "requirements": "\n".join(bundle.manifest.get("requirements", [])),
@@ -232,6 +298,12 @@ class FireworksTarget:
         }
 
     def deploy(self, bundle: BuiltBundle) -> Receipt:
+        return self._create(bundle, replace=True)
+
+    def deploy_as(self, bundle: BuiltBundle, deployment_id: str, *, force: bool) -> Receipt:
+        return self._create(bundle, replace=force)
+
+    def _create(self, bundle: BuiltBundle, *, replace: bool) -> Receipt:
         key = os.environ.get("FIREWORKS_API_KEY")
         account = os.environ.get("FIREWORKS_ACCOUNT_ID")
         if not key or not account:
@@ -244,6 +316,8 @@ class FireworksTarget:
         item = f"{collection}/{body['evaluatorId']}"
         headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
         if self._request("GET", item, None, headers)[0] == 200:
+            if not replace:
+                raise DeploymentExists(f"Fireworks already holds evaluator {body['evaluatorId']!r}")
             status, answer = self._request("DELETE", item, None, headers)
             if not 200 <= status < 300:
                 raise DeployError(
@@ -268,6 +342,16 @@ class FireworksTarget:
             return status, json.loads(raw) if raw else {}
         except ValueError:
             return status, raw[:300].decode("utf-8", "replace")
+
+
+def deploy_as(target: Target, bundle: BuiltBundle, deployment_id: str, *, force: bool) -> Receipt:
+    """Deploy ``bundle`` as ``deployment_id``: :class:`DeploymentExists` if the target holds one and not ``force``.
+    A target without ``deploy_as`` (one a plugin registers) cannot tell, and deploys as usual."""
+    method = getattr(target, "deploy_as", None)
+    if method is None:
+        return target.deploy(bundle)
+    receipt: Receipt = method(bundle, deployment_id, force=force)
+    return receipt
 
 
 def builtin_targets() -> TargetRegistry:

@@ -88,11 +88,19 @@ Decisions (each differs from, or pins down, what theseus does):
 programs; its vocabulary must fit the model's (``vocab_size`` larger than the model's raises
 :class:`EvaluationError`), and any token id outside the model's vocabulary raises, naming the sample.
 
+reward-kit's two folder functions live here too, as the seed imports them: :func:`preview_evaluation` (the
+``pytest-reward preview`` command) and :func:`create_evaluation` (``pytest-reward deploy``). Each runs a pytest
+session, so the pytest layer is imported when one is called, never when this package is.
+
 Several hosts: evaluations run the same Python on every process (the job shards and gathers), so every process
 gets the same samples and scores.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..errors import EvaluationError
 from ..reward.chat import END_MARKERS
@@ -102,6 +110,9 @@ from .evaluator import Evaluator, EvaluatorConfig, ExecutionSpec
 from .job import ModelJob
 from .perplexity import PerplexityComparisonEvaluation, PerplexityEvaluation
 from .rollout import RolloutEvaluation
+
+if TYPE_CHECKING:
+    from ..plugin.metrics_folders import PreviewResult
 
 __all__ = [
     "END_MARKERS",
@@ -118,5 +129,55 @@ __all__ = [
     "PerplexityComparisonEvaluation",
     "PerplexityEvaluation",
     "RolloutEvaluation",
+    "create_evaluation",
+    "preview_evaluation",
     "reduce_scores",
 ]
+
+
+def preview_evaluation(
+    metric_folders: Sequence[str] | str,
+    sample_file: str | Path,
+    max_samples: int = 5,
+) -> PreviewResult:
+    """Run the reward functions of ``metric_folders`` (``["NAME=PATH", ...]``) on the first ``max_samples``
+    samples of ``sample_file`` (0: all) as a pytest session, print its preview, and return the per-sample results
+    (``.results``, one dict per sample and function; ``.exit_code``, the session's status)."""
+    from ..plugin.metrics_folders import preview_folders
+
+    return preview_folders(
+        metric_folders,
+        sample_file,
+        max_samples=max_samples,
+        source="metric_folders",
+        samples_source="sample_file",
+    )
+
+
+def create_evaluation(
+    evaluator_id: str,
+    metric_folders: Sequence[str] | str,
+    display_name: str | None = None,
+    description: str | None = None,
+    force: bool = False,
+    *,
+    target: str | None = None,
+    samples: str | Path | None = None,
+) -> dict[str, Any]:
+    """Test ``metric_folders`` on their samples (``samples``, else those bound by marker or ini) and, if green,
+    deploy them to ``target`` as ``evaluator_id``; an existing deployment with that id is replaced only when
+    ``force``. Returns ``{"name": ".../<evaluator_id>", "displayName": ..., "description": ..., ...}``; raises
+    ``RewardDeployError`` (or ``UsageError`` for bad input) when nothing was deployed."""
+    from ..plugin.metrics_folders import deploy_folders
+
+    return deploy_folders(
+        evaluator_id,
+        metric_folders,
+        display_name=display_name,
+        description=description,
+        force=force,
+        target=target,
+        samples=samples,
+        source="metric_folders",
+        hints={"id": "evaluator_id", "samples": "samples=FILE", "force": "force=True", "target": "target="},
+    )

@@ -24,11 +24,11 @@ import pytest
 
 if TYPE_CHECKING:
     from ..deploy.bundle import BuiltBundle
-    from ..deploy.targets import Receipt, TargetRegistry
+    from ..deploy.targets import Receipt, Target, TargetRegistry
     from ..run.result import RunResult
     from .options import Settings
 
-__all__ = ["DeployOutcome", "DeployPlugin", "partial_reasons", "run_deploy"]
+__all__ = ["DeployOutcome", "DeployPlugin", "partial_reasons", "resolve_target", "run_deploy"]
 
 
 @dataclass
@@ -205,12 +205,17 @@ def run_deploy(session: pytest.Session, result: RunResult) -> DeployOutcome:
 _TARGETS = pytest.StashKey["TargetRegistry"]()
 
 
-def default_deploy(bundle: BuiltBundle, target: str, config: pytest.Config) -> Receipt:
-    """The built-in ``pytest_reward_deploy``: resolve the target by scheme and deploy."""
+def resolve_target(target: str, config: pytest.Config) -> Target:
+    """The target object for ``target``, by its scheme among the session's registered targets."""
     targets = config.stash.get(_TARGETS, None)
     if targets is None:
         targets = config.stash[_TARGETS] = targets_for(config)
-    return targets.resolve(target, config).deploy(bundle)
+    return targets.resolve(target, config)
+
+
+def default_deploy(bundle: BuiltBundle, target: str, config: pytest.Config) -> Receipt:
+    """The built-in ``pytest_reward_deploy``: resolve the target by scheme and deploy."""
+    return resolve_target(target, config).deploy(bundle)
 
 
 class DeployPlugin:

@@ -1,20 +1,24 @@
 """One call, one verdict: the fast path of the calling convention (``Reward.fast``) gives what the slow path gives
-(``Reward.call`` on ``Reward.kwargs``, the input check), and the compiled verdict rules give what ``judge`` gives."""
+(``Reward.call`` on ``Reward.kwargs``, the input check), the compiled verdict rules give what ``judge`` gives, and the
+ledgers that hand the functions' own scores to their probes keep their contract."""
 
 from __future__ import annotations
 
 import copy
 import math
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pytest_reward import EvaluateResult, reward_function
+from pytest_reward.data.samples import Sample
 from pytest_reward.errors import RewardReturnError
 from pytest_reward.judge.gates import Gates, MetricGates
 from pytest_reward.judge.results import PASS, judge
 from pytest_reward.judge.verdict import pass_rule, verdict_rule
+from pytest_reward.probes.ledger import FileScores, SampleScores
 from pytest_reward.reward.call import MISSING, Reward, call_within, changed_error, owned_messages
 from pytest_reward.trainers.styles import native_reward
 
@@ -290,3 +294,48 @@ def test_a_number_is_judged_as_its_valid_result(number, gates):
 def _same(a, b):
     """Equal, NaN equal to NaN."""
     return repr(a) == repr(b)
+
+
+# --- the ledgers of the functions' own scores -----------------------------------------------------------------------
+
+
+def _sample(line: int, text: str | None = "a") -> Sample:
+    messages = msgs("q?", text) if text is not None else [{"role": "user", "content": "q?"}]
+    return Sample(Path("s.jsonl"), line, None, messages)
+
+
+def test_sample_scores_are_taken_once_and_nothing_is_recorded_after():
+    ledger = SampleScores()
+    a, b = _sample(1), _sample(2)
+    ledger.record(a, 0.5, True)
+    ledger.record(b, None, False)
+    taken = ledger.take()
+    assert taken[id(a)] == (0.5, True)
+    assert math.isnan(taken[id(b)][0]) and taken[id(b)][1] is False
+    ledger.record(a, 1.0, True)
+    assert ledger.take() == {}
+
+
+def test_file_scores_follow_the_answered_samples_in_file_order():
+    ledger = FileScores()
+    assert ledger.start()
+    samples = [_sample(1), _sample(2, None), _sample(3), _sample(4)]
+    for s in samples:
+        ledger.note(s, scored=s.line != 4)  # line 2 has no response: not counted; line 4: not scored here
+    ledger.record(1, 0.25, False)
+    ledger.record(3, 1.0, True)
+    ledger.finish()
+    scores, verdicts, known = ledger.take()
+    assert list(scores[:2]) == [0.25, 1.0] and math.isnan(scores[2])
+    assert list(verdicts) == [0, 1, 0] and list(known) == [1, 1, 0]
+    assert not ledger.start()  # taken: a later run of the item records nothing
+
+
+def test_an_unfinished_file_run_leaves_nothing_to_take():
+    ledger = FileScores()
+    ledger.start()
+    ledger.note(_sample(1), scored=True)
+    ledger.note(_sample(2), scored=True)
+    ledger.record(1, 0.5, True)
+    ledger.finish()  # line 2's outcome never came
+    assert ledger.take() is None

@@ -17,7 +17,7 @@ from pytest_reward.data.samples import Sample
 from pytest_reward.errors import RewardReturnError
 from pytest_reward.judge.gates import Gates, MetricGates
 from pytest_reward.judge.results import PASS, judge
-from pytest_reward.judge.verdict import pass_rule, verdict_rule
+from pytest_reward.judge.verdict import checked_rule, verdict_rule
 from pytest_reward.probes.ledger import FileScores, SampleScores
 from pytest_reward.reward.call import MISSING, Reward, call_within, changed_error, owned_messages
 from pytest_reward.trainers.styles import native_reward
@@ -159,6 +159,29 @@ def test_the_fast_path_gives_what_the_slow_path_gives(name, action, score, truth
     assert inputs == snapshot  # the fast path copied what it was handed of the caller's
 
 
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    name=st.sampled_from(sorted(FUNCTIONS)),
+    action=st.sampled_from(ACTIONS),
+    truth=truths,
+    fields=fields_,
+    owned=st.booleans(),
+)
+def test_then_and_failed_apply_to_what_the_call_gives(name, action, truth, fields, owned):
+    """``then`` maps a result, ``failed`` an exception: what the raising closure gives, through them."""
+    reward = Reward(FUNCTIONS[name])
+    messages = [{"role": "system", "content": "s"}, *msgs("q?", action)]
+
+    def given_messages():
+        return owned_messages(messages, action) if owned else messages
+
+    plain = _fast(reward.fast(), given_messages(), _copied(truth), copy.deepcopy(fields), owned)
+    mapped = reward.fast(
+        then=lambda r: ("result", r.model_dump()), failed=lambda e: ("raised", type(e).__name__, str(e))
+    )
+    assert mapped(given_messages(), truth, fields, owned) == plain
+
+
 def test_the_usual_call_is_made_with_keywords_alone():
     """No ground truth (MISSING or None) is not passed; a scalar one is; the call gets the messages it is handed."""
     seen = []
@@ -279,8 +302,7 @@ gates = st.builds(
 def test_the_compiled_verdict_is_judges(result, gates):
     expected = judge(result, gates, None)
     assert _same(verdict_rule(gates)(result), expected)
-    score, passed = pass_rule(gates)(result)
-    assert _same((score, passed), (expected[1], expected[0] == PASS))
+    assert _same(checked_rule(gates)(result), (expected[1], expected[0] == PASS, result.reason, None))
 
 
 @settings(max_examples=200, deadline=None)
@@ -288,7 +310,7 @@ def test_the_compiled_verdict_is_judges(result, gates):
 def test_a_number_is_judged_as_its_valid_result(number, gates):
     expected = judge(EvaluateResult(score=number), gates, None)
     assert _same(verdict_rule(gates)(number), expected)
-    assert _same(pass_rule(gates)(number), (expected[1], expected[0] == PASS))
+    assert _same(checked_rule(gates)(number), (expected[1], expected[0] == PASS, None, None))
 
 
 def _same(a, b):

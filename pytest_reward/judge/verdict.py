@@ -15,10 +15,13 @@ from typing import Any
 from .gates import Gates
 from .results import BELOW, FAIL, PASS, _metric_scores, judge
 
-__all__ = ["Judged", "pass_rule", "verdict_rule"]
+__all__ = ["Checked", "Judged", "checked_rule", "verdict_rule"]
 
 #: ``(verdict, score, metrics, failures, below)``, as :func:`pytest_reward.judge.results.judge` returns them.
 Judged = tuple[str, "float | None", "dict[str, dict[str, Any]]", "list[str]", "list[str]"]
+
+#: ``(score, passed, reason, error)``: what :func:`checked_rule` gives (error None), or a call that gave no result.
+Checked = tuple["float | None", bool, "str | None", "str | None"]
 
 
 def _as_result(number: float) -> Any:
@@ -59,26 +62,27 @@ def verdict_rule(gates: Gates) -> Callable[[Any], Judged]:
     return rule
 
 
-def pass_rule(gates: Gates) -> Callable[[Any], tuple[float | None, bool]]:
-    """``rule(result) -> (score, passed)``: the score :func:`verdict_rule` gives (None: no valid score) and whether
-    its verdict is a pass, without the words of a failure (what the probes read of a mutated response)."""
+def checked_rule(gates: Gates) -> Callable[[Any], Checked]:
+    """``rule(result) -> (score, passed, reason, None)``: the score :func:`verdict_rule` gives (None: no valid
+    score), whether its verdict is a pass, and the result's reason, without the words of a failure (what the probes
+    read of a mutated response; the last item is the error of a call that gave no result, here none)."""
     if gates.metrics:
         full = verdict_rule(gates)
 
-        def general(result: Any) -> tuple[float | None, bool]:
+        def general(result: Any) -> Checked:
             verdict, score, *_ = full(result)
-            return score, verdict == PASS
+            return score, verdict == PASS, None if result.__class__ is float else result.reason, None
 
         return general
     threshold = gates.threshold
     isfinite = math.isfinite
 
-    def rule(result: Any) -> tuple[float | None, bool]:
+    def rule(result: Any) -> Checked:
         if result.__class__ is float:
-            return result, threshold is None or result >= threshold
+            return result, threshold is None or result >= threshold, None, None
         score = float(result.score)
         if isfinite(score) and result.is_score_valid and not result.error:
-            return score, threshold is None or score >= threshold
-        return None, False
+            return score, threshold is None or score >= threshold, result.reason, None
+        return None, False, result.reason, None
 
     return rule

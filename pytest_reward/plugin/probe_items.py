@@ -5,9 +5,10 @@ For each sample with a response the item builds the mutated response, scores it 
 take: ``--reward-runs``, timeouts, private copies of the inputs, batch mode, ``--reward-workers``, worker processes or
 Ray, and the verdict logic are the same — and checks the probe's rule.
 The rule needs what the function gives the samples' *own* responses (the floor, the original score of each sample):
-a :class:`ProbeTarget` that the function's probe items share reads them from the items that scored the samples in
-this process (each sample item's outcome; in ``file`` granularity, what the file item kept as it streamed the file:
-one float and two bytes per sample) and scores only the samples no such item scored here. A probe never changes a
+a :class:`ProbeTarget` that the function's probe items share takes them from the ledger collection handed to it and
+to the items that score the samples (:mod:`pytest_reward.probes.ledger`: each sample item's score; in ``file``
+granularity, what the file item kept as it streamed the file, one float and two bytes per sample) and scores only
+the samples no such item scored in this process. A probe never changes a
 real sample's score and never counts in its group. In ``file`` granularity the target streams the file for the
 mutations (and, for the samples it must score itself, once before), so memory stays flat.
 

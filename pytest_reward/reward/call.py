@@ -482,7 +482,13 @@ class Reward:
         frame."""
         return not self.batch and not self.wants_original
 
-    def fast(self, *, numbers: bool = False) -> FastCall:
+    def fast(
+        self,
+        *,
+        numbers: bool = False,
+        then: Callable[[Any], Any] | None = None,
+        failed: Callable[[Exception], Any] | None = None,
+    ) -> FastCall:
         """The call for a caller making many, built once per function: ``f(messages, ground_truth=MISSING,
         fields=None, owned=True)``, what :meth:`call` on :meth:`kwargs` gives, raising what it raises, plus the
         check that the call left its inputs as they were (``InvalidResult`` naming the inputs it changed in
@@ -494,11 +500,15 @@ class Reward:
         :meth:`kwargs` copies them. The usual call (a :attr:`plain` function, no fields, a ground truth that is not
         a list or dict) is made in the closure's own frame; every other goes through :meth:`call`.
 
+        ``then``: what the closure returns is ``then(result)`` (a verdict, say) instead of the result. ``failed``:
+        an exception (the function's, an unusable return, a changed input) is returned as ``failed(exception)``
+        instead of raised. Both are applied in the closure's own frame: a hot loop makes one call per input.
+
         ``numbers``: a trainer-native function with a pointwise adapter step (``__reward_scalar__``, see
         :class:`pytest_reward.trainers.styles.ScalarStep`) is called through its step, on the caller's own objects
         when the step hands the function none that could change, and a finite number it returns comes back as a
         ``float`` (what the adapter makes a valid result of, with no reason nor metrics) instead of the
-        ``EvaluateResult``: :func:`pytest_reward.judge.results.verdict_rule` judges both."""
+        ``EvaluateResult``: :func:`pytest_reward.judge.verdict.verdict_rule` judges both."""
         name, call, assemble = self.name, self.call, self._assemble
 
         def general(
@@ -518,35 +528,65 @@ class Reward:
                 raise changed_error(name, changed)
             return result
 
-        if not self.plain:
-            return general
         fn, finish, copy = self.fn, self.finish, _copy_messages
-        scalar = getattr(fn, "__reward_scalar__", None) if numbers else None
+        scalar = getattr(fn, "__reward_scalar__", None) if numbers and self.plain else None
         if scalar is not None:
-            return self._scalar_call(scalar, general)
+            usual = self._scalar_call(scalar, general)
+        elif not self.plain:
+            usual = general
+        else:
+            usual = None
+        if usual is not None:
+            if then is None and failed is None:
+                return usual
+
+            def wrapped(
+                messages: list[Any] | None,
+                ground_truth: Any = MISSING,
+                fields: Mapping[str, Any] | None = None,
+                owned: bool = True,
+            ) -> Any:
+                __tracebackhide__ = True
+                try:
+                    value = usual(messages, ground_truth, fields, owned)
+                except Exception as exc:
+                    if failed is None:
+                        raise
+                    return failed(exc)
+                return value if then is None else then(value)
+
+            return wrapped
 
         def plain(
             messages: list[Any] | None,
             ground_truth: Any = MISSING,
             fields: Mapping[str, Any] | None = None,
             owned: bool = True,
-        ) -> EvaluateResult:
+        ) -> Any:
             __tracebackhide__ = True
-            if fields or ground_truth.__class__ is list or ground_truth.__class__ is dict:
-                return general(messages, ground_truth, fields, owned)
-            given = messages if owned else (copy(messages) if messages else [])
             try:
-                if ground_truth is MISSING or ground_truth is None:
-                    value = fn(messages=given)
+                if fields or ground_truth.__class__ is list or ground_truth.__class__ is dict:
+                    value = general(messages, ground_truth, fields, owned)
                 else:
-                    value = fn(messages=given, ground_truth=ground_truth)
+                    given = messages if owned else (copy(messages) if messages else [])
+                    if ground_truth is MISSING or ground_truth is None:
+                        value = fn(messages=given)
+                    else:
+                        value = fn(messages=given, ground_truth=ground_truth)
+                    if value.__class__ is not EvaluateResult:
+                        value = finish(value)
+                    if not owned and given != (messages or []):
+                        raise changed_error(name, ["messages"])
             except RewardReturnError as exc:
-                raise invalid_return(name, exc.value, str(exc)) from None
-            if value.__class__ is not EvaluateResult:
-                value = finish(value)
-            if not owned and given != (messages or []):
-                raise changed_error(name, ["messages"])
-            return value
+                error = invalid_return(name, exc.value, str(exc))
+                if failed is None:
+                    raise error from None
+                return failed(error)
+            except Exception as exc:
+                if failed is None:
+                    raise
+                return failed(exc)
+            return value if then is None else then(value)
 
         return plain
 

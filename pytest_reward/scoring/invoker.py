@@ -3,7 +3,8 @@
 How a reward function is called (keyword arguments, ``ground_truth``, ``original_messages``, async, batch mode) is
 :mod:`pytest_reward.reward.call`'s business; this module adds what a test run needs on top: ``--reward-runs`` (K calls per
 sample, averaged), the verdict of each sample (``judge``), worker threads for I/O-bound rewards, and chunks for
-batch-mode functions.
+batch-mode functions. Its hot loops (a file's samples, a probe's mutations) compose the function's call built once
+(:meth:`pytest_reward.reward.call.Reward.fast`) with the verdict built once (:mod:`pytest_reward.judge.verdict`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..data.samples import Bound, Expect
 from ..errors import InvalidResult, RewardTimeout
 from ..judge.results import FAIL, PASS, SampleOutcome, judge
-from ..judge.verdict import Judged, pass_rule, verdict_rule
+from ..judge.verdict import Checked, Judged, checked_rule, verdict_rule
 from ..reward.call import (
     MISSING,
     Reward,
@@ -95,10 +96,9 @@ FreshInput = tuple["list[dict[str, Any]]", Any, "dict[str, Any] | None"]
 #: the sample, its score, the result's reason and the call's duration (:meth:`Invoker.passed_outcome`: its outcome).
 Passed = tuple["Sample", float, "str | None", float]
 
-#: What :meth:`Invoker.score_fresh` says of one input: the score (None: no valid score), whether the verdict is a
-#: pass, the result's reason, and the error when the call gave no result (it raised, timed out, returned something
-#: that is not a result, or changed its input in place).
-Checked = tuple["float | None", bool, "str | None", "str | None"]
+#: What :meth:`Invoker.score_fresh` says of one input (:data:`pytest_reward.judge.verdict.Checked`): the score (None:
+#: no valid score), whether the verdict is a pass, the result's reason, and the error when the call gave no result (it
+#: raised, timed out, returned something that is not a result, or changed its input in place).
 
 
 class Invoker:
@@ -129,8 +129,8 @@ class Invoker:
         """The function's call (:meth:`pytest_reward.reward.call.Reward.fast`), built once."""
         self.verdict = verdict_rule(fn.gates)
         """The verdict of a result without golden expectations (:func:`pytest_reward.judge.verdict.verdict_rule`)."""
-        self.passes = pass_rule(fn.gates)
-        """Its score and whether it is a pass (:func:`pytest_reward.judge.verdict.pass_rule`)."""
+        self.checked = checked_rule(fn.gates)
+        """Its score, whether it is a pass, and the reason (:func:`pytest_reward.judge.verdict.checked_rule`)."""
 
     # -- building calls ------------------------------------------------------------------------------------
 
@@ -218,9 +218,8 @@ class Invoker:
                 results.append(fast(messages, ground_truth, fields))
             result = results[0] if len(results) == 1 else merge_runs(results)
         except Exception as exc:
-            return None, False, None, describe_exception(exc)
-        score, passed = self.passes(result)
-        return score, passed, result.reason, None
+            return _failed(exc)
+        return self.checked(result)  # type: ignore[no-any-return]
 
     def changed_error(self, names: list[str]) -> str:
         """The error of a call that changed its inputs ``names`` in place (as :meth:`check_inputs` words it)."""
@@ -230,7 +229,7 @@ class Invoker:
         """Score inputs built for one call each (a probe's mutated responses), in order: what a sample's call gets,
         without a sample item's bookkeeping around it. The call (:attr:`fast`), ``--reward-runs`` calls per input
         (averaged), private copies of what the input shares with the sample (the ground truth, the fields; checked
-        after the call), and a sample's verdict (:attr:`passes`). Without a timeout the inputs are pulled one at a
+        after the call), and a sample's verdict (:attr:`checked`). Without a timeout the inputs are pulled one at a
         time (each input's objects are freed before the next is built); with one, the calls run in one daemon
         thread per batch, each within the timeout (:func:`pytest_reward.reward.call.each_within`), not in a thread
         per call. Pointwise functions only (batch-mode ones are scored in chunks, :meth:`score_chunk`)."""
@@ -253,8 +252,9 @@ class Invoker:
 
     def fresh_scorer(self) -> Callable[[list[dict[str, Any]], Any, Any], Checked]:
         """``f(messages, ground_truth, fields) -> Checked``: one input of :meth:`score_fresh`, scored in this thread
-        without a timeout (:meth:`score_fresh` applies one): the call (:attr:`fast`) and its verdict
-        (:attr:`passes`). The probes' hot loop calls it once per mutated response."""
+        without a timeout (:meth:`score_fresh` applies one): the function's call
+        (:meth:`pytest_reward.reward.call.Reward.fast`) judged by :attr:`checked`, an exception made the error.
+        The probes' hot loop calls it once per mutated response."""
         if self.runs != 1:
             fresh_one = self._fresh_one
 
@@ -262,17 +262,7 @@ class Invoker:
                 return fresh_one((messages, ground_truth, fields), _no_tick)
 
             return runs
-        fast, passes = self.fast, self.passes
-
-        def one(messages: list[dict[str, Any]], ground_truth: Any, fields: Any) -> Checked:
-            try:
-                result = fast(messages, ground_truth, fields)
-            except Exception as exc:
-                return None, False, None, describe_exception(exc)
-            score, passed = passes(result)
-            return score, passed, result.reason, None
-
-        return one
+        return self.reward.fast(then=self.checked, failed=_failed)
 
     # -- outcomes ------------------------------------------------------------------------------------------
 
@@ -511,6 +501,11 @@ class Invoker:
 
 def _no_tick() -> None:
     pass
+
+
+def _failed(exc: Exception) -> Checked:
+    """The :data:`Checked` of a call that raised (or gave no result)."""
+    return None, False, None, describe_exception(exc)
 
 
 class DaemonPool:

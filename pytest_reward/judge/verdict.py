@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from ..reward.models import EvaluateResult
 from .gates import Gates
 from .results import BELOW, FAIL, PASS, _metric_scores, judge
 
@@ -25,8 +26,6 @@ Checked = tuple["float | None", bool, "str | None", "str | None"]
 
 
 def _as_result(number: float) -> Any:
-    from ..reward.models import EvaluateResult
-
     return EvaluateResult(score=number, is_score_valid=True, reason=None, metrics={}, error=None)
 
 
@@ -78,11 +77,24 @@ def checked_rule(gates: Gates) -> Callable[[Any], Checked]:
     isfinite = math.isfinite
 
     def rule(result: Any) -> Checked:
-        if result.__class__ is float:
+        cls = result.__class__
+        if cls is float:
             return result, threshold is None or result >= threshold, None, None
-        score = float(result.score)
-        if isfinite(score) and result.is_score_valid and not result.error:
-            return score, threshold is None or score >= threshold, result.reason, None
-        return None, False, result.reason, None
+        # our own result's fields read from its __dict__: one attribute lookup instead of four (the probes' hot loop)
+        values = result.__dict__ if cls is EvaluateResult else _fields(result)
+        score = float(values["score"])
+        if isfinite(score) and values["is_score_valid"] and not values["error"]:
+            return score, threshold is None or score >= threshold, values["reason"], None
+        return None, False, values["reason"], None
 
     return rule
+
+
+def _fields(result: Any) -> dict[str, Any]:
+    """What :func:`checked_rule` reads of a result that is not exactly our ``EvaluateResult``."""
+    return {
+        "score": result.score,
+        "reason": result.reason,
+        "is_score_valid": result.is_score_valid,
+        "error": result.error,
+    }

@@ -96,9 +96,9 @@ FreshInput = tuple["list[dict[str, Any]]", Any, "dict[str, Any] | None"]
 #: the sample, its score, the result's reason and the call's duration (:meth:`Invoker.passed_outcome`: its outcome).
 Passed = tuple["Sample", float, "str | None", float]
 
-#: What :meth:`Invoker.score_fresh` says of one input (:data:`pytest_reward.judge.verdict.Checked`): the score (None:
-#: no valid score), whether the verdict is a pass, the result's reason, and the error when the call gave no result (it
-#: raised, timed out, returned something that is not a result, or changed its input in place).
+# What Invoker.score_fresh says of one input is a Checked (pytest_reward.judge.verdict): the score (None: no valid
+# score), whether the verdict is a pass, the result's reason, and the error when the call gave no result (it raised,
+# timed out, returned something that is not a result, or changed its input in place).
 
 
 class Invoker:

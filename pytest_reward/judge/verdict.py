@@ -74,14 +74,17 @@ def checked_rule(gates: Gates) -> Callable[[Any], Checked]:
 
         return general
     threshold = gates.threshold
-    isfinite = math.isfinite
+    isfinite, result_class = math.isfinite, EvaluateResult
 
     def rule(result: Any) -> Checked:
         cls = result.__class__
-        if cls is float:
-            return result, threshold is None or result >= threshold, None, None
         # our own result's fields read from its __dict__: one attribute lookup instead of four (the probes' hot loop)
-        values = result.__dict__ if cls is EvaluateResult else _fields(result)
+        if cls is result_class:
+            values = result.__dict__
+        elif cls is float:
+            return result, threshold is None or result >= threshold, None, None
+        else:
+            values = _fields(result)
         score = float(values["score"])
         if isfinite(score) and values["is_score_valid"] and not values["error"]:
             return score, threshold is None or score >= threshold, values["reason"], None

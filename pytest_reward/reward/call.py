@@ -529,6 +529,7 @@ class Reward:
             return result
 
         fn, finish, copy = self.fn, self.finish, _copy_messages
+        missing, result_class = MISSING, EvaluateResult
         scalar = getattr(fn, "__reward_scalar__", None) if numbers and self.plain else None
         if scalar is not None:
             usual = self._scalar_call(scalar, general)
@@ -565,15 +566,16 @@ class Reward:
         ) -> Any:
             __tracebackhide__ = True
             try:
-                if fields or ground_truth.__class__ is list or ground_truth.__class__ is dict:
+                cls = ground_truth.__class__
+                if fields or cls is list or cls is dict:
                     value = general(messages, ground_truth, fields, owned)
                 else:
                     given = messages if owned else (copy(messages) if messages else [])
-                    if ground_truth is MISSING or ground_truth is None:
+                    if ground_truth is missing or ground_truth is None:
                         value = fn(messages=given)
                     else:
                         value = fn(messages=given, ground_truth=ground_truth)
-                    if value.__class__ is not EvaluateResult:
+                    if value.__class__ is not result_class:
                         value = finish(value)
                     if not owned and given != (messages or []):
                         raise changed_error(name, ["messages"])

@@ -16,6 +16,7 @@ import pytest
 from ..data.samples import Sample, SampleError
 from ..data.sources import DatasetError, check_dataset, count_samples, fields_key, read_samples, uses_fields
 from ..judge.gates import GateError, Marker, validate_marker
+from ..probes.ledger import FileScores, SampleScores
 from ..project.functions import marks_of
 from ..project.loading import import_reward_module
 from ..scoring.invoker import Invoker
@@ -27,7 +28,6 @@ from .items import (
     FileItem,
     LineErrorItem,
     ModelFileItem,
-    OwnScores,
     RolloutSampleItem,
     SampleItem,
     may_use_model,
@@ -71,24 +71,24 @@ class SamplesFile(pytest.File):
             granularity = "sample" if lines <= settings.max_items_per_file else "file"
         probed = self._probed(rs, functions)
         if granularity == "file":
-            targets = [(self._probe_target(rs, fn, label), probes) for fn, probes in probed]
-            # the file items leave their samples' own scores for the probes: not scored twice
-            own = {target.fn.name: target.reuse_file_scores() for target, _ in targets}
+            # the file items leave their samples' own scores for the probes in a ledger: not scored twice
+            own = {fn.name: FileScores() for fn, _ in probed}
+            targets = [(self._probe_target(rs, fn, label, own[fn.name]), probes) for fn, probes in probed]
             yield from self._file_items(rs, functions, label, own)
             for target, probes in targets:
                 yield from self._probe_items(target, probes)
             return
         samples_of: dict[str, list[Sample]] = {}
-        invokers: dict[str, Invoker] = {}
+        ledgers = {fn.name: SampleScores() for fn, _ in probed}
         for fields, group in self._by_fields(rs, functions):
             samples: list[Sample] = []
             yield from self._sample_items(
-                rs, group, label, fields, samples, shared=len(functions) == len(group), invokers=invokers
+                rs, group, label, fields, samples, shared=len(functions) == len(group), ledgers=ledgers
             )
             samples_of.update((fn.name, samples) for fn in group)
         for fn, probes in probed:
-            target = self._probe_target(rs, fn, label, samples_of[fn.name])
-            target.reuse_scores_of(invokers[fn.name])  # the sample items' own scores, not scored again
+            # the sample items leave their samples' own scores in the ledger: not scored again
+            target = self._probe_target(rs, fn, label, ledgers[fn.name], samples_of[fn.name])
             yield from self._probe_items(target, probes)
 
     def _by_fields(
@@ -105,9 +105,14 @@ class SamplesFile(pytest.File):
         return list(groups.values())
 
     def _probe_target(
-        self, rs: RewardSession, fn: RewardFn, label: str, samples: list[Sample] | None = None
+        self,
+        rs: RewardSession,
+        fn: RewardFn,
+        label: str,
+        ledger: FileScores | SampleScores,
+        samples: list[Sample] | None = None,
     ) -> ProbeTarget:
-        target = ProbeTarget(fn, label, self.path, rs, samples)
+        target = ProbeTarget(fn, label, self.path, rs, samples, ledger=ledger)
         if samples is None and fn.marker.sample_fields is not None:
             # file granularity: the probe target streams the file with the settings' mapping; this function's is
             # its marker's
@@ -142,7 +147,7 @@ class SamplesFile(pytest.File):
             )
 
     def _file_items(
-        self, rs: RewardSession, functions: list[RewardFn], label: str, own: dict[str, OwnScores]
+        self, rs: RewardSession, functions: list[RewardFn], label: str, own: dict[str, FileScores]
     ) -> Iterator[pytest.Item]:
         settings = rs.settings
         default = fields_key(dict(settings.sample_fields))
@@ -158,10 +163,10 @@ class SamplesFile(pytest.File):
                     self,
                     name=fn.name,
                     fn=fn,
-                    invoker=Invoker.of(fn, label, settings),
+                    invoker=Invoker.of(fn, label, settings, light=True),
                     rs=rs,
                     pool_key=pool_keys[fn.name],
-                    own_scores=own.get(fn.name),
+                    ledger=own.get(fn.name),
                 )
             return
         # A model is at hand: items that can roll out the file's prompt-only samples, if it has any (the file is
@@ -174,10 +179,10 @@ class SamplesFile(pytest.File):
                 callobj=may_use_model,
                 fixtureinfo=fixtureinfo,
                 fn=fn,
-                invoker=Invoker.of(fn, label, settings),
+                invoker=Invoker.of(fn, label, settings, light=True),
                 rs=rs,
                 pool_key=pool_keys[fn.name],
-                own_scores=own.get(fn.name),
+                ledger=own.get(fn.name),
             )
             rs.rollouts.expect_reader(pool_keys[fn.name], item.rollout_settings())
             yield item
@@ -191,12 +196,12 @@ class SamplesFile(pytest.File):
         samples: list[Sample],
         *,
         shared: bool,
-        invokers: dict[str, Invoker],
+        ledgers: dict[str, SampleScores],
     ) -> Iterator[pytest.Item]:
         """Items per function × sample, the file read with ``fields``; ``samples`` is filled with the file's
-        samples (probe items share them), ``invokers`` with each function's invoker. ``shared``: every function of
-        the file reads it this way, so a row that cannot be read is one item for all of them (else one per
-        function, ``fn[row-N]``)."""
+        samples (probe items share them). A probed function's items leave their samples' scores in its ledger
+        (``ledgers``). ``shared``: every function of the file reads it this way, so a row that cannot be read is
+        one item for all of them (else one per function, ``fn[row-N]``)."""
         settings = rs.settings
         errors: list[SampleError] = []
         seen: dict[str, int] = {}
@@ -239,7 +244,7 @@ class SamplesFile(pytest.File):
         fixtureinfo = None
         for fn in functions:
             invoker = Invoker.of(fn, label, settings)
-            invokers[fn.name] = invoker
+            ledger = ledgers.get(fn.name)
             batch = (
                 BatchScheduler(invoker, [s for s in samples if not s.prompt_only], settings.batch_size)
                 if invoker.batch
@@ -264,7 +269,14 @@ class SamplesFile(pytest.File):
                     )
                     continue
                 yield SampleItem.from_parent(
-                    self, name=name, fn=fn, invoker=invoker, sample=sample, group=groups[fn.name], batch=batch
+                    self,
+                    name=name,
+                    fn=fn,
+                    invoker=invoker,
+                    sample=sample,
+                    group=groups[fn.name],
+                    batch=batch,
+                    ledger=ledger,
                 )
         prompt_only = [s for s in samples if s.prompt_only]
         if prompt_only:

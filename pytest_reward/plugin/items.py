@@ -11,8 +11,6 @@ import math
 import random
 import time
 import warnings
-from array import array
-from collections import deque
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,7 +22,7 @@ from ..data.sources import read_samples
 from ..errors import EvaluationError, InvalidResult, RewardTimeout
 from ..judge.results import FAIL, PASS, TEXT_KEPT, GroupAccumulator, SampleOutcome, bound_texts, row_json
 from ..judge.wire import crash_data, file_data, outcomes_data
-from ..probes import response_text
+from ..probes.ledger import FileScores, SampleScores
 from ..reward.call import describe_exception
 from ..scoring.executors import RewardExecutorWarning, ShipError
 from ..scoring.invoker import Invoker, Passed, error_outcome
@@ -41,7 +39,6 @@ __all__ = [
     "FileItem",
     "LineErrorItem",
     "ModelFileItem",
-    "OwnScores",
     "RolloutSampleItem",
     "SampleItem",
     "apply_marks",
@@ -112,6 +109,8 @@ class _OneSample(_Located):
     sample: Sample
     group: dict[str, Any]
     user_properties: list[tuple[str, object]]
+    ledger: SampleScores | None = None
+    """Where the item leaves its sample's score for the function's probes (None: the function has none)."""
 
     def _setup(self, fn: RewardFn, invoker: Invoker, sample: Sample, group: dict[str, Any]) -> None:
         self.fn = fn
@@ -126,6 +125,8 @@ class _OneSample(_Located):
         # The full row goes to results.jsonl now; the item, its report and the controller keep bounded texts
         # (memory stays flat when a reward returns megabytes of reason on thousands of samples).
         row = self.config.stash[session_key].write_row(row_json(outcome))
+        if self.ledger is not None:
+            self.ledger.record(self.sample, outcome.score, outcome.verdict == PASS)
         self.outcome = bound_texts(outcome)
         if outcome.score is not None:
             self.user_properties.append(("reward.score", outcome.score))
@@ -166,11 +167,13 @@ class SampleItem(_OneSample, _RewardItem):
         sample: Sample,
         group: dict[str, Any],
         batch: BatchScheduler | None = None,
+        ledger: SampleScores | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self._setup(fn, invoker, sample, group)
         self.batch = batch
+        self.ledger = ledger
 
     def runtest(self) -> None:
         __tracebackhide__ = True
@@ -267,89 +270,6 @@ _NO_MODEL = (
 )
 
 
-class OwnScores:
-    """What a file item gave the samples of its file that have a response (:meth:`text_of`), for the function's
-    probes in this process: they compare each mutation with the sample's own score and verdict, and need not
-    score the samples again (:meth:`pytest_reward.plugin.probe_items.ProbeTarget.reuse_file_scores`).
-
-    Aligned with those samples in file order (the probes' numbering), one score (NaN: none), one verdict byte and
-    one byte saying whether the item scored the sample (a duplicate id is an error of the file item, not a call:
-    the probes score it themselves): 10 bytes a sample, the arrays the probes keep of them anyway. Kept only from
-    a run that went through the whole file; taken once (a later run records nothing)."""
-
-    __slots__ = ("_pending", "complete", "known", "scores", "taken", "verdict_pass")
-
-    def __init__(self) -> None:
-        self.scores = array("d")
-        self.verdict_pass = bytearray()
-        self.known = bytearray()
-        self.complete = False
-        """The item's run went through the whole file: every scored sample's outcome is in."""
-        self.taken = False
-        """The probes have read them (or scored the samples themselves): nothing more to record."""
-        self._pending: deque[tuple[int, int]] = deque()
-        """(line, index) of the samples handed to the executor whose outcome has not come back yet."""
-
-    @staticmethod
-    def text_of(record: Any) -> str | None:
-        """The response of a sample the probes mutate (its conversation ends with an assistant turn of text);
-        None for anything else (a prompt-only sample, a tool-call turn, a line that could not be read)."""
-        if isinstance(record, Sample) and record.messages is not None:
-            return response_text(record.messages)
-        return None
-
-    def start(self) -> None:
-        self.scores, self.verdict_pass, self.known = array("d"), bytearray(), bytearray()
-        self.complete = False
-        self._pending.clear()
-
-    def note(self, record: Sample, scored: bool) -> None:
-        """A sample of the file, in file order; ``scored``: handed to the executor (its outcome follows)."""
-        if self.text_of(record) is None:
-            return
-        index = len(self.scores)
-        self.scores.append(math.nan)
-        self.verdict_pass.append(0)
-        self.known.append(0)
-        if scored:
-            self._pending.append((record.line, index))
-
-    def outcome(self, outcome: SampleOutcome) -> None:
-        """An outcome of the item's stream (in file order): the next noted sample's when it has its line."""
-        pending = self._pending
-        if pending and pending[0][0] == outcome.line:
-            index = pending.popleft()[1]
-            self.scores[index] = math.nan if outcome.score is None else outcome.score
-            self.verdict_pass[index] = outcome.verdict == PASS
-            self.known[index] = 1
-
-    def passed(self, sample: Sample, score: float) -> None:
-        """:meth:`outcome` of a sample that passed with ``score``, folded without its outcome (``Passed``)."""
-        pending = self._pending
-        if pending and pending[0][0] == sample.line:
-            index = pending.popleft()[1]
-            self.scores[index] = score
-            self.verdict_pass[index] = 1
-            self.known[index] = 1
-
-    def finish(self) -> None:
-        """The item's stream ended: complete when every noted sample's outcome came back."""
-        self.complete = not self._pending
-        self._pending.clear()
-
-    def take(self) -> tuple[array, bytearray, bytearray] | None:
-        """Scores, verdicts and which samples the item scored, once, when its run was complete; None otherwise.
-        Nothing is recorded after this."""
-        self.taken = True
-        if not self.complete:
-            self.start()
-            return None
-        out = (self.scores, self.verdict_pass, self.known)
-        self.scores, self.verdict_pass, self.known = array("d"), bytearray(), bytearray()
-        self.complete = False
-        return out
-
-
 class _FileRun:
     """One reward function on a whole samples file, streamed; fails listing the failing samples.
 
@@ -372,17 +292,18 @@ class _FileRun:
         invoker: Invoker,
         rs: RewardSession,
         pool_key: str | None = None,
-        own_scores: OwnScores | None = None,
+        ledger: FileScores | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.fn = fn
         self.invoker = invoker
+        """A light one (:attr:`Invoker.light`): keys and excerpts only for the outcomes kept."""
         self.rs = rs
-        self.own_scores = own_scores
+        self.ledger = ledger
         """Where this item leaves the scores of the samples with a response for the function's probes (None: the
         function has none)."""
-        self._recording: OwnScores | None = None
+        self._recording: FileScores | None = None
         self.pool_key = pool_key or invoker.file_label
         """Where the rollout pool shares this file's responses (functions reading it with another field mapping
         read other prompts: a key of their own)."""
@@ -503,7 +424,6 @@ class _FileRun:
         rows = self.rs.open_rows_part(self.fn.name, label)
         record = RecordColumns() if settings.needs_record else None
         invoker = self.invoker
-        invoker.light = True  # key and excerpt only for the outcomes kept below
         pool = self.rs.rollouts if self.rollout_settings() is not None else None
         before = (pool.calls, pool.seconds) if pool is not None else (0, 0.0)
         pending: list[str] = []  # rows written in blocks (≤ 4096 rows, ~1 MB), not one write call per sample
@@ -517,16 +437,14 @@ class _FileRun:
         # their outcome made only for those kept below (the preview's reservoir, the lowest scores).
         passes = rows is None and record is None
         add_pass, passed_outcome, previews = acc.add_pass, invoker.passed_outcome, reservoir.size > 0
-        own = self.own_scores if self.own_scores is not None and not self.own_scores.taken else None
-        if own is not None:
-            own.start()
+        own = self.ledger if self.ledger is not None and self.ledger.start() else None
         self._recording = own
         try:
             for outcome in self._outcomes(notes, passes):
                 if outcome.__class__ is tuple:
                     score = outcome[1]
                     if own is not None:
-                        own.passed(outcome[0], score)
+                        own.record(outcome[0].line, score, True)
                     add_pass(score)
                     kept = None
                     if previews:
@@ -542,7 +460,7 @@ class _FileRun:
                             bar = _by_score(lowest[-1])
                     continue
                 if own is not None:
-                    own.outcome(outcome)
+                    own.record(outcome.line, outcome.score, outcome.verdict == PASS)
                 acc.add(outcome)
                 reservoir.offer(outcome)
                 if rows is not None or record is not None:

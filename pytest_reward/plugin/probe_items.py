@@ -5,9 +5,10 @@ For each sample with a response the item builds the mutated response, scores it 
 take: ``--reward-runs``, timeouts, private copies of the inputs, batch mode, ``--reward-workers``, worker processes or
 Ray, and the verdict logic are the same — and checks the probe's rule.
 The rule needs what the function gives the samples' *own* responses (the floor, the original score of each sample):
-a :class:`ProbeTarget` that the function's probe items share reads them from the items that scored the samples in
-this process (each sample item's outcome; in ``file`` granularity, what the file item kept as it streamed the file:
-one float and two bytes per sample) and scores only the samples no such item scored here. A probe never changes a
+a :class:`ProbeTarget` that the function's probe items share takes them from the ledger collection handed to it and
+to the items that score the samples (:mod:`pytest_reward.probes.ledger`: each sample item's score; in ``file``
+granularity, what the file item kept as it streamed the file, one float and two bytes per sample) and scores only
+the samples no such item scored in this process. A probe never changes a
 real sample's score and never counts in its group. In ``file`` granularity the target streams the file for the
 mutations (and, for the samples it must score itself, once before), so memory stays flat.
 
@@ -28,7 +29,6 @@ import pytest
 
 from ..data.samples import Sample
 from ..data.sources import read_samples
-from ..errors import RewardReturnError
 from ..judge.results import PASS
 from ..judge.wire import probe_data
 from ..probes import (
@@ -40,12 +40,12 @@ from ..probes import (
     passes,
     with_response_text,
 )
-from ..reward.call import MISSING, describe_exception, invalid_return, owned_messages, private_copy
-from ..reward.models import EvaluateResult
+from ..probes.ledger import FileScores, SampleScores, text_of
+from ..reward.call import MISSING, describe_exception, owned_messages, private_copy
 from ..scoring.executors import InProcess, RewardExecutorWarning, ShipError
 from ..scoring.invoker import Checked, Invoker
 from .failure import RewardFailure, RewardRepr, user_frames
-from .items import OwnScores, apply_marks
+from .items import apply_marks
 from .pytest_private import TerminalRepr, skip_at_item
 from .session import REWARD_DATA, RewardSession
 
@@ -104,7 +104,14 @@ class ProbeTarget:
     """Samples scored per round in ``file`` granularity (memory stays flat)."""
 
     def __init__(
-        self, fn: RewardFn, label: str, path: Path, rs: RewardSession, samples: list[Sample] | None = None
+        self,
+        fn: RewardFn,
+        label: str,
+        path: Path,
+        rs: RewardSession,
+        samples: list[Sample] | None = None,
+        *,
+        ledger: FileScores | SampleScores | None = None,
     ) -> None:
         self.fn = fn
         self.label = label
@@ -113,16 +120,15 @@ class ProbeTarget:
         self.settings = rs.settings
         self.samples = samples
         """The file's samples (``sample`` granularity: read at collection); None: stream the file."""
-        self.invoker = Invoker.of(fn, label, self.settings)
-        self.invoker.light = True  # no keys nor excerpts: a probe keeps its own texts
+        self.invoker = Invoker.of(fn, label, self.settings, light=True)  # a probe keeps its own texts
+        self.ledger = ledger
+        """What the items that score the samples leave of their own scores (:mod:`pytest_reward.probes.ledger`):
+        :meth:`originals` takes it and scores only the samples it lacks (None: it scores them all)."""
         self.notes: list[str] = []
         """What the executor had to say (a worker died, a chunk was retried): the next item warns."""
         self._originals: Originals | None = None
-        self._sample_invoker: Invoker | None = None
-        self._own: OwnScores | None = None
         self.reused = 0
-        """Samples whose own score :meth:`originals` took from their items (:meth:`reuse_scores_of`,
-        :meth:`reuse_file_scores`)."""
+        """Samples whose own score :meth:`originals` took from their items (:attr:`ledger`)."""
         self._answered: list[tuple[Sample, str]] | None = None
         self._prepared: list[list[Prepared]] | None = None
 
@@ -145,7 +151,7 @@ class ProbeTarget:
 
     @staticmethod
     def _read(records: Any) -> Iterator[tuple[Sample, str]]:
-        text_of = OwnScores.text_of  # the samples a file item keeps the scores of for the probes: the same
+        # the samples whose scores the items keep in the ledger for the probes: the same
         for record in records:
             text = text_of(record)
             if text is not None:
@@ -177,7 +183,6 @@ class ProbeTarget:
     def _prepare(self, block: list[tuple[int, Sample, str]]) -> list[Prepared]:
         orig = self.originals()
         scores, passed = orig.scores, orig.passed
-        inline = self.invoker.inline_call() is not None
         out: list[Prepared] = []
         floor = orig.floor
         for index, sample, text in block:
@@ -202,15 +207,6 @@ class ProbeTarget:
                 bool(passed[index]),
             )
             call_truth = truth if has_truth else MISSING
-            if (
-                inline
-                and not fields
-                and call_truth.__class__ is not list
-                and call_truth.__class__ is not dict
-            ):
-                direct = None if call_truth is MISSING else call_truth  # None: no ground truth to pass
-            else:
-                direct = GENERAL
             ref = floor if original is None else original
             out.append(
                 (
@@ -222,7 +218,6 @@ class ProbeTarget:
                     private,
                     call_truth,
                     fields,
-                    direct,
                     shared,
                     shared_original,
                     ref,
@@ -279,33 +274,18 @@ class ProbeTarget:
         for (index, sample, text, new, *_), checked in zip(mutations, results, strict=True):
             yield (index, sample, text, new, *checked)
 
-    def reuse_scores_of(self, invoker: Invoker) -> None:
-        """Take the scores of the samples' own responses from the items that score them (``sample`` granularity:
-        ``invoker`` is the function's sample items' invoker): :meth:`originals` reads the outcome of every sample
-        whose item ran in this process before it, and scores only the others (``-k probe``, another xdist worker,
-        items run in another order). The real samples' scores are what the probes compare with, and are not
-        scored twice."""
-        if self.samples is not None:
-            invoker.seen = {}
-            self._sample_invoker = invoker
-
-    def reuse_file_scores(self) -> OwnScores:
-        """Where the function's file item (``file`` granularity) leaves the scores it gives the samples' own
-        responses: :meth:`originals` takes them when that item went through the file in this process before it, and
-        scores only the samples the item did not (a duplicate id); when the item did not run here (deselected,
-        another xdist worker, run after the probes, stopped midway), the probes score the samples themselves."""
-        if self._own is None:
-            self._own = OwnScores()
-        return self._own
-
     def originals(self) -> Originals:
         if self._originals is None:
-            taken = self._own.take() if self._own is not None else None
+            ledger, taken, seen = self.ledger, None, None
+            if isinstance(ledger, FileScores):
+                taken = ledger.take()
+            elif ledger is not None:
+                seen = ledger.take()
             if taken is not None and all(taken[2]):  # every sample's score is the file item's
                 orig = Originals(scores=taken[0], verdict_pass=taken[1])
                 self.reused += len(orig.scores)
             else:
-                orig = self._score_originals(taken)
+                orig = self._score_originals(taken, seen)
             valid = [s for s in orig.scores if not math.isnan(s)]
             orig.floor = floor_of(valid)
             orig.ceiling = max(valid) if valid else None
@@ -316,13 +296,11 @@ class ProbeTarget:
             orig.all_pass = bool(orig.passed) and all(orig.passed)
         return self._originals
 
-    def _score_originals(self, taken: tuple[array, bytearray, bytearray] | None) -> Originals:
-        """The samples' own scores, each taken from the item that scored it in this process (a sample item's
-        outcome; the file item's, ``taken``, by the sample's number) or scored here."""
-        source = self._sample_invoker
-        seen = source.seen if source is not None else None
-        if source is not None:
-            source.seen = None  # read once: nothing is recorded after this
+    def _score_originals(
+        self, taken: tuple[array, bytearray, bytearray] | None, seen: dict[int, tuple[float, bool]] | None
+    ) -> Originals:
+        """The samples' own scores, each taken from the item that scored it in this process (a sample item's,
+        ``seen``, by the sample's identity; the file item's, ``taken``, by the sample's number) or scored here."""
         orig = Originals()
         for block in self.segments():
             if seen:
@@ -430,11 +408,9 @@ def run_probe(target: ProbeTarget, probe: Probe, rule: Rule) -> ProbeRun:
 #: One sample as every probe of a target reads it (:meth:`ProbeTarget.prepared`): its index among the answered
 #: samples, the sample, its response, the fields of its :class:`ProbeSample` (but the seed), its conversation and a
 #: private copy of it (what the calls on its mutations share: :func:`_run_here`), the ground truth to call with
-#: (``MISSING``: none), the other fields, and the ground truth :func:`_run_here` passes itself (None: none to pass)
-#: or ``GENERAL`` (the call goes through :meth:`Invoker.fresh_scorer`: fields, a list or dict ground truth, a
-#: function whose calls are not usual, :meth:`Invoker.inline_call`); then what of the private copy a call can reach
-#: and change and what it must still equal (:func:`_shared`), and the sample's own score the rules compare with
-#: (the floor when it has no valid score).
+#: (``MISSING``: none), the other fields; then what of the private copy a call can reach and change and what it must
+#: still equal (:func:`_shared`), and the sample's own score the rules compare with (the floor when it has no valid
+#: score).
 Prepared = tuple[
     int,
     Sample,
@@ -444,14 +420,10 @@ Prepared = tuple[
     "list[dict[str, Any]]",
     Any,
     "dict[str, Any]",
-    Any,
     "list[Any]",
     "list[Any]",
     float,
 ]
-
-#: See :data:`Prepared`.
-GENERAL: Any = object()
 
 #: Mutations :func:`_run_here` makes before it scores them (a probe's mutation and a reward call, interleaved one
 #: by one, push each other's code and data out of the CPU's caches; a chunk keeps few texts alive).
@@ -485,30 +457,26 @@ def _run_here(run: ProbeRun, target: ProbeTarget, block: list[Prepared], orig: O
     """``run``'s probe on ``block`` in this thread, without a timeout: the mutations of :data:`CHUNK` samples are
     made, then scored and checked, so that what a chunk allocates is freed before the next one is made.
 
-    A call gets a list and a last turn of its own, the mutated response in it; the turns before, and what the last
-    turn holds besides its content, are the sample's private copy, shared by the calls on that sample's mutations
-    and compared with the sample's own conversation after each call (what of it a call can reach: :func:`_shared`):
-    a call that changed them fails (its input changed in place, as a sample's would) and the copy is made again.
-    Nothing a call does reaches the sample, its other probes or the counter-examples. The samples the probe leaves
-    alone are skipped.
+    Each mutation is scored by the function's one scorer (:meth:`Invoker.fresh_scorer`: the call and the verdict a
+    sample gets). A call gets a list and a last turn of its own, the mutated response in it; the turns before, and
+    what the last turn holds besides its content, are the sample's private copy, shared by the calls on that
+    sample's mutations and compared with the sample's own conversation after each call (what of it a call can reach:
+    :func:`_shared`): a call that changed them fails (its input changed in place, as a sample's would) and the copy
+    is made again. Nothing a call does reaches the sample, its other probes or the counter-examples. The samples the
+    probe leaves alone are skipped.
 
-    The usual call (:meth:`Invoker.inline_call`: a sample without fields, a ground truth that is neither a list nor
-    a dict) is made and judged in this loop, as :meth:`Invoker.fresh_scorer` makes and judges it; the others go
-    through ``fresh_scorer``. :func:`_settle` checks what the lines here do not settle themselves: they settle only
-    a call that gave a result whose score keeps the rule without the rounding margin (and, for an ``info`` probe,
-    does not pass), as :func:`_settle` would."""
+    The lines here settle a mutation whose score keeps the rule without the rounding margin (and, for an ``info``
+    probe, does not pass), as :func:`_settle` would; :func:`_settle` checks the rest."""
     probe, rule, invoker = run.probe, run.rule, target.invoker
     prefix = f"{target.settings.seed}:{probe.name}:"
     mutate, view = probe.mutate, ProbeSample._of
     one = invoker.fresh_scorer()
-    plan = invoker.inline_call()
-    fn, finish, name = plan[:3] if plan is not None else (None, None, "")
     threshold = target.fn.gates.threshold
     floor, ceiling, scores = orig.floor, orig.ceiling, orig.scores
     kind, tol, by_floor = rule.kind, rule.tol, rule.ref == "floor"
     is_le, is_eq = kind == "<=", kind == "=="
     limit = floor + tol  # "<= floor"; "<= original" adds tol to each original
-    isfinite, copy_turn = math.isfinite, dict.copy
+    copy_turn = dict.copy
     passing_scores: dict[float, bool] = {}
     settled = passing = 0
     sum_original = sum_mutated = 0.0
@@ -521,44 +489,12 @@ def _run_here(run: ProbeRun, target: ProbeTarget, block: list[Prepared], orig: O
                 continue
             if type(new) is not str and not isinstance(new, str):
                 raise _not_a_string(probe, new)
-            (
-                index,
-                sample,
-                text,
-                _,
-                messages,
-                private,
-                truth,
-                fields,
-                direct,
-                shared,
-                shared_original,
-                ref,
-            ) = entry
+            index, sample, text, _, messages, private, truth, fields, shared, shared_original, ref = entry
             given = private.copy()
             turn = copy_turn(given[-1])
             turn["content"] = new
             given[-1] = turn
-            if direct is GENERAL:
-                score, verdict_pass, reason, error = one(given, truth, fields)
-            else:  # fresh_scorer's usual call, in this frame
-                try:
-                    result = fn(messages=given) if direct is None else fn(messages=given, ground_truth=direct)  # type: ignore[misc]
-                    # the fields of our own result read from its __dict__: one attribute lookup instead of four
-                    values = result.__dict__ if type(result) is EvaluateResult else _fields(finish(result))  # type: ignore[misc]
-                    error = None
-                except RewardReturnError as exc:
-                    values, error = None, describe_exception(invalid_return(name, exc.value, str(exc)))
-                except Exception as exc:
-                    values, error = None, describe_exception(exc)
-                if values is None:
-                    score, verdict_pass, reason = None, False, None
-                else:
-                    score, reason = float(values["score"]), values["reason"]
-                    if isfinite(score) and values["is_score_valid"] and not values["error"]:
-                        verdict_pass = threshold is None or score >= threshold
-                    else:
-                        score, verdict_pass = None, False
+            score, verdict_pass, reason, error = one(given, truth, fields)
             if shared != shared_original:  # the call changed what the calls on this sample share
                 private[:] = private_copy(messages)
                 if shared is not private:
@@ -601,16 +537,6 @@ def _run_here(run: ProbeRun, target: ProbeTarget, block: list[Prepared], orig: O
     run.passing += passing
     run.sum_original += sum_original
     run.sum_mutated += sum_mutated
-
-
-def _fields(result: EvaluateResult) -> dict[str, Any]:
-    """What :func:`_run_here` reads of a result that is not exactly our ``EvaluateResult`` (a subclass's)."""
-    return {
-        "score": result.score,
-        "reason": result.reason,
-        "is_score_valid": result.is_score_valid,
-        "error": result.error,
-    }
 
 
 def _mutations(target: ProbeTarget, probe: Probe, block: list[Prepared]) -> list[tuple[Any, ...]]:

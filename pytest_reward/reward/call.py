@@ -47,9 +47,11 @@ from .models import EvaluateResult, RewardOutput
 
 __all__ = [
     "MISSING",
+    "FastCall",
     "Reward",
     "batch_kwargs",
     "call_within",
+    "changed_error",
     "close_loop",
     "describe_exception",
     "each_within",
@@ -270,6 +272,16 @@ def to_result(value: Any, fn_name: str) -> EvaluateResult:
     raise invalid_return(fn_name, value)
 
 
+def changed_error(fn_name: str, changed: Sequence[str]) -> InvalidResult:
+    """The error of a call that changed its inputs ``changed`` in place (the names in the order
+    :meth:`Reward.changed_inputs` gives them)."""
+    what = ", ".join(repr(name) for name in changed)
+    return InvalidResult(
+        f"{fn_name} changed its input {what} in place: a reward function must not modify its "
+        "inputs (trainers pass the same objects to every reward function); copy them first"
+    )
+
+
 def failed_result(error: str, reason: str = "reward function failed") -> EvaluateResult:
     """The result of a call that did not produce one (score 0, not valid, the error kept): reward-kit's convention
     for callers that must not raise."""
@@ -345,6 +357,10 @@ def batch_kwargs(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 # --- the call ------------------------------------------------------------------------------------------------
+
+
+#: :meth:`Reward.fast`: ``f(messages, ground_truth=MISSING, fields=None, owned=True)``.
+FastCall = Callable[..., Any]
 
 
 class Reward:
@@ -462,11 +478,160 @@ class Reward:
     @property
     def plain(self) -> bool:
         """Whether a call on messages and a ground truth alone is ``fn(messages=...)`` or ``fn(messages=...,
-        ground_truth=...)`` (pointwise, no ``original_messages`` to add): what a caller making many calls may do
-        itself instead of :meth:`call` on :meth:`kwargs_owned`, passing the ground truth only when it is neither
-        ``MISSING`` nor None, and handing a return that is not an ``EvaluateResult`` to :meth:`finish` (and a
-        ``RewardReturnError`` to :func:`invalid_return`), as :meth:`call` does."""
+        ground_truth=...)`` (pointwise, no ``original_messages`` to add): the call :meth:`fast` makes in its own
+        frame."""
         return not self.batch and not self.wants_original
+
+    def fast(
+        self,
+        *,
+        numbers: bool = False,
+        then: Callable[[Any], Any] | None = None,
+        failed: Callable[[Exception], Any] | None = None,
+    ) -> FastCall:
+        """The call for a caller making many, built once per function: ``f(messages, ground_truth=MISSING,
+        fields=None, owned=True)``, what :meth:`call` on :meth:`kwargs` gives, raising what it raises, plus the
+        check that the call left its inputs as they were (``InvalidResult`` naming the inputs it changed in
+        place, :func:`changed_error`).
+
+        ``owned``: ``messages`` were built for this call alone (:func:`owned_messages`) and are passed as they
+        are, unchecked; else they are the caller's (a sample's): the call gets a private copy, compared with them
+        after it. The ground truth (``MISSING`` or None: none) and the fields are copied and checked as
+        :meth:`kwargs` copies them. The usual call (a :attr:`plain` function, no fields, a ground truth that is not
+        a list or dict) is made in the closure's own frame; every other goes through :meth:`call`.
+
+        ``then``: what the closure returns is ``then(result)`` (a verdict, say) instead of the result. ``failed``:
+        an exception (the function's, an unusable return, a changed input) is returned as ``failed(exception)``
+        instead of raised. Both are applied in the closure's own frame: a hot loop makes one call per input.
+
+        ``numbers``: a trainer-native function with a pointwise adapter step (``__reward_scalar__``, see
+        :class:`pytest_reward.trainers.styles.ScalarStep`) is called through its step, on the caller's own objects
+        when the step hands the function none that could change, and a finite number it returns comes back as a
+        ``float`` (what the adapter makes a valid result of, with no reason nor metrics) instead of the
+        ``EvaluateResult``: :func:`pytest_reward.judge.verdict.verdict_rule` judges both."""
+        name, call, assemble = self.name, self.call, self._assemble
+
+        def general(
+            messages: list[Any] | None,
+            ground_truth: Any = MISSING,
+            fields: Mapping[str, Any] | None = None,
+            owned: bool = True,
+        ) -> EvaluateResult:
+            __tracebackhide__ = True
+            given = messages if owned else (_copy_messages(messages) if messages else [])
+            kwargs = assemble(given, ground_truth, fields)  # type: ignore[arg-type]
+            result = call(kwargs)
+            changed = self.changed_inputs(
+                kwargs, given if owned else messages, ground_truth, fields  # type: ignore[arg-type]
+            )
+            if changed:
+                raise changed_error(name, changed)
+            return result
+
+        fn, finish, copy = self.fn, self.finish, _copy_messages
+        missing, result_class = MISSING, EvaluateResult
+        scalar = getattr(fn, "__reward_scalar__", None) if numbers and self.plain else None
+        if scalar is not None:
+            usual = self._scalar_call(scalar, general)
+        elif not self.plain:
+            usual = general
+        else:
+            usual = None
+        if usual is not None:
+            if then is None and failed is None:
+                return usual
+
+            def wrapped(
+                messages: list[Any] | None,
+                ground_truth: Any = MISSING,
+                fields: Mapping[str, Any] | None = None,
+                owned: bool = True,
+            ) -> Any:
+                __tracebackhide__ = True
+                try:
+                    value = usual(messages, ground_truth, fields, owned)
+                except Exception as exc:
+                    if failed is None:
+                        raise
+                    return failed(exc)
+                return value if then is None else then(value)
+
+            return wrapped
+
+        def plain(
+            messages: list[Any] | None,
+            ground_truth: Any = MISSING,
+            fields: Mapping[str, Any] | None = None,
+            owned: bool = True,
+        ) -> Any:
+            __tracebackhide__ = True
+            try:
+                cls = ground_truth.__class__
+                if fields or cls is list or cls is dict:
+                    value = general(messages, ground_truth, fields, owned)
+                else:
+                    given = messages if owned else (copy(messages) if messages else [])
+                    if ground_truth is missing or ground_truth is None:
+                        value = fn(messages=given)
+                    else:
+                        value = fn(messages=given, ground_truth=ground_truth)
+                    if value.__class__ is not result_class:
+                        value = finish(value)
+                    if not owned and given != (messages or []):
+                        raise changed_error(name, ["messages"])
+            except RewardReturnError as exc:
+                error = invalid_return(name, exc.value, str(exc))
+                if failed is None:
+                    raise error from None
+                return failed(error)
+            except Exception as exc:
+                if failed is None:
+                    raise
+                return failed(exc)
+            return value if then is None else then(value)
+
+        return plain
+
+    def _scalar_call(self, scalar: Any, general: FastCall) -> FastCall:
+        """:meth:`fast` ``(numbers=True)`` of a trainer-native function with an adapter step."""
+        raw, to_result, direct, shared = scalar
+        name, kwargs_owned, changed_inputs = self.name, self.kwargs_owned, self.changed_inputs
+        isfinite = math.isfinite
+
+        def step(
+            messages: list[Any] | None,
+            ground_truth: Any = MISSING,
+            fields: Mapping[str, Any] | None = None,
+            owned: bool = True,
+        ) -> Any:
+            __tracebackhide__ = True
+            truth = None if ground_truth is MISSING else ground_truth
+            given = messages or []
+            try:
+                # the caller's own objects, when nothing the step hands on can change; else private copies
+                value = direct(given, truth, fields or {})
+                kwargs = None
+                if value is shared:
+                    # the step reads the response's text from the messages and hands them to nothing: no copy;
+                    # what it passes on (the ground truth, the fields) is copied, and checked after the call
+                    kwargs = kwargs_owned(given, truth, fields)
+                    value = raw(**kwargs)
+            except RewardReturnError as exc:
+                raise invalid_return(name, exc.value, str(exc)) from None
+            result = None
+            if value.__class__ is float or value.__class__ is int:
+                result = float(value)
+                if not isfinite(result):
+                    result = None
+            if result is None:
+                result = to_result(value)
+            if kwargs is not None:
+                changed = changed_inputs(kwargs, given, truth, fields)
+                if changed:
+                    raise changed_error(name, changed)
+            return result
+
+        return step
 
     def call_batch(self, rows: Sequence[dict[str, Any]]) -> list[EvaluateResult]:
         """Call a batch-mode function on several samples' keyword arguments; one result per sample, in order."""

@@ -3,13 +3,13 @@
 How a reward function is called (keyword arguments, ``ground_truth``, ``original_messages``, async, batch mode) is
 :mod:`pytest_reward.reward.call`'s business; this module adds what a test run needs on top: ``--reward-runs`` (K calls per
 sample, averaged), the verdict of each sample (``judge``), worker threads for I/O-bound rewards, and chunks for
-batch-mode functions.
+batch-mode functions. Its hot loops (a file's samples, a probe's mutations) compose the function's call built once
+(:meth:`pytest_reward.reward.call.Reward.fast`) with the verdict built once (:mod:`pytest_reward.judge.verdict`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 import queue
 import threading
 import time
@@ -17,16 +17,17 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
-from ..data.samples import NO_GROUND_TRUTH, Bound, Expect
-from ..errors import InvalidResult, RewardReturnError, RewardTimeout
-from ..judge.results import BELOW, FAIL, PASS, SampleOutcome, judge
+from ..data.samples import Bound, Expect
+from ..errors import InvalidResult, RewardTimeout
+from ..judge.results import FAIL, PASS, SampleOutcome, judge
+from ..judge.verdict import Checked, Judged, checked_rule, verdict_rule
 from ..reward.call import (
     MISSING,
     Reward,
     call_within,
+    changed_error,
     describe_exception,
     each_within,
-    invalid_return,
     run_coroutine,
 )
 from ..reward.chat import conversation_excerpt
@@ -95,10 +96,9 @@ FreshInput = tuple["list[dict[str, Any]]", Any, "dict[str, Any] | None"]
 #: the sample, its score, the result's reason and the call's duration (:meth:`Invoker.passed_outcome`: its outcome).
 Passed = tuple["Sample", float, "str | None", float]
 
-#: What :meth:`Invoker.score_fresh` says of one input: the score (None: no valid score), whether the verdict is a
-#: pass, the result's reason, and the error when the call gave no result (it raised, timed out, returned something
-#: that is not a result, or changed its input in place).
-Checked = tuple["float | None", bool, "str | None", "str | None"]
+# What Invoker.score_fresh says of one input is a Checked (pytest_reward.judge.verdict): the score (None: no valid
+# score), whether the verdict is a pass, the result's reason, and the error when the call gave no result (it raised,
+# timed out, returned something that is not a result, or changed its input in place).
 
 
 class Invoker:
@@ -112,6 +112,7 @@ class Invoker:
         runs: int = 1,
         timeout: float | None = None,
         replay_tolerance: float | None = None,
+        light: bool = False,
     ) -> None:
         self.fn = fn
         self.replay_tolerance = replay_tolerance
@@ -120,19 +121,21 @@ class Invoker:
         self.runs = runs
         self.timeout = fn.marker.timeout if fn.marker.timeout is not None else timeout
         """Seconds one call may take (None: no limit): a longer call fails its sample with ``RewardTimeout``."""
-        self.light = False
+        self.light = light
         """File granularity: leave key and excerpt empty (filled by ``complete`` for outcomes that are kept)."""
         self.reward = Reward(fn.obj, spec=fn.spec, name=fn.name)
         self.batch = self.reward.batch
-        self.seen: dict[int, tuple[float, bool]] | None = None
-        """When a dict: each outcome's score (NaN: none) and whether its verdict is a pass, by ``id`` of its sample
-        (the function's probes read the scores of the samples' own responses here instead of scoring them again:
-        :meth:`pytest_reward.plugin.probe_items.ProbeTarget.reuse_scores_of`)."""
+        self.fast = self.reward.fast()
+        """The function's call (:meth:`pytest_reward.reward.call.Reward.fast`), built once."""
+        self.verdict = verdict_rule(fn.gates)
+        """The verdict of a result without golden expectations (:func:`pytest_reward.judge.verdict.verdict_rule`)."""
+        self.checked = checked_rule(fn.gates)
+        """Its score, whether it is a pass, and the reason (:func:`pytest_reward.judge.verdict.checked_rule`)."""
 
     # -- building calls ------------------------------------------------------------------------------------
 
     @classmethod
-    def of(cls, fn: RewardFn, file_label: str, settings: Settings) -> Invoker:
+    def of(cls, fn: RewardFn, file_label: str, settings: Settings, *, light: bool = False) -> Invoker:
         """The invoker the session's settings ask for (runs, timeout, replay tolerance)."""
         return cls(
             fn,
@@ -140,6 +143,7 @@ class Invoker:
             runs=settings.runs,
             timeout=settings.timeout,
             replay_tolerance=settings.replay_tolerance,
+            light=light,
         )
 
     def kwargs_for(self, sample: Sample) -> dict[str, Any]:
@@ -167,17 +171,14 @@ class Invoker:
             sample.kwargs,
         )
         if changed:
-            raise InvalidResult(_changed_message(self.fn.name, changed))
+            raise changed_error(self.fn.name, changed)
 
     def _once(self, sample: Sample) -> EvaluateResult:
         __tracebackhide__ = True
-        kwargs = self.kwargs_for(sample)
+        truth = sample.ground_truth if sample.has_ground_truth else MISSING
         if self.timeout is None:
-            result = self.reward.call(kwargs)
-        else:
-            result = call_within(self.timeout, self.reward.call, kwargs)
-        self.check_inputs(kwargs, sample)
-        return result
+            return self.fast(sample.messages, truth, sample.kwargs, False)  # type: ignore[no-any-return]
+        return call_within(self.timeout, self.fast, sample.messages, truth, sample.kwargs, False)  # type: ignore[no-any-return]
 
     def _merge(self, results: list[EvaluateResult]) -> Scored:
         if len(results) == 1:
@@ -207,55 +208,31 @@ class Invoker:
 
     # -- inputs built for one call (the probes' mutated responses) --------------------------------------------
 
-    def verdict_of(self, result: EvaluateResult) -> tuple[float | None, bool]:
-        """The score (None: no valid score) and whether the verdict is a pass, as :func:`pytest_reward.judge.results.judge`
-        decides them for a sample without golden expectations (the whole of ``judge`` when metrics have gates)."""
-        gates = self.fn.gates
-        if gates.metrics:
-            verdict, score, *_ = judge(result, gates, None)
-            return score, verdict == PASS
-        score = float(result.score)
-        if not (math.isfinite(score) and result.is_score_valid) or result.error:
-            return None, False
-        threshold = gates.threshold
-        return score, threshold is None or score >= threshold
-
     def _fresh_one(self, item: FreshInput, tick: Callable[[], None]) -> Checked:
         messages, ground_truth, fields = item
-        reward = self.reward
+        fast = self.fast
         try:
             results = []
             for _ in range(self.runs):
-                kwargs = reward.kwargs_owned(messages, ground_truth, fields)
                 tick()
-                results.append(reward.call(kwargs))
-                if fields or ground_truth.__class__ in (list, dict):
-                    self._check_fresh(kwargs, messages, ground_truth, fields)
+                results.append(fast(messages, ground_truth, fields))
             result = results[0] if len(results) == 1 else merge_runs(results)
         except Exception as exc:
-            return None, False, None, describe_exception(exc)
-        score, passed = self.verdict_of(result)
-        return score, passed, result.reason, None
+            return _failed(exc)
+        return self.checked(result)  # type: ignore[no-any-return]
 
     def changed_error(self, names: list[str]) -> str:
         """The error of a call that changed its inputs ``names`` in place (as :meth:`check_inputs` words it)."""
-        return describe_exception(InvalidResult(_changed_message(self.fn.name, names)))
-
-    def _check_fresh(
-        self, kwargs: dict[str, Any], messages: list[dict[str, Any]], ground_truth: Any, fields: Any
-    ) -> None:
-        changed = self.reward.changed_inputs(kwargs, messages, ground_truth, fields)
-        if changed:
-            raise InvalidResult(_changed_message(self.fn.name, changed))
+        return describe_exception(changed_error(self.fn.name, names))
 
     def score_fresh(self, inputs: Iterable[FreshInput]) -> Iterator[Checked]:
         """Score inputs built for one call each (a probe's mutated responses), in order: what a sample's call gets,
-        without a sample item's bookkeeping around it. The call, ``--reward-runs`` calls per input (averaged),
-        private copies of what the input shares with the sample (the ground truth, the fields; checked after the
-        call), and a sample's verdict (:meth:`verdict_of`). Without a timeout the inputs are pulled one at a time
-        (each input's objects are freed before the next is built); with one, the calls run in one daemon thread
-        per batch, each within the timeout (:func:`pytest_reward.reward.call.each_within`), not in a thread per call.
-        Pointwise functions only (batch-mode ones are scored in chunks, :meth:`score_chunk`)."""
+        without a sample item's bookkeeping around it. The call (:attr:`fast`), ``--reward-runs`` calls per input
+        (averaged), private copies of what the input shares with the sample (the ground truth, the fields; checked
+        after the call), and a sample's verdict (:attr:`checked`). Without a timeout the inputs are pulled one at a
+        time (each input's objects are freed before the next is built); with one, the calls run in one daemon
+        thread per batch, each within the timeout (:func:`pytest_reward.reward.call.each_within`), not in a thread
+        per call. Pointwise functions only (batch-mode ones are scored in chunks, :meth:`score_chunk`)."""
         if self.batch:
             raise TypeError(
                 "score_fresh scores pointwise functions; a batch-mode function is scored in chunks"
@@ -273,56 +250,19 @@ class Invoker:
             else:
                 raise value
 
-    def inline_call(
-        self,
-    ) -> tuple[Callable[..., Any], Callable[[Any], EvaluateResult], str, float | None] | None:
-        """What a caller needs to make the usual call of :meth:`fresh_scorer` itself, in its own loop: the function,
-        :meth:`Reward.finish`, the function's name (for :func:`pytest_reward.reward.call.invalid_return`) and the
-        threshold; None when the function's calls are not usual (``--reward-runs`` > 1, metric gates, a function
-        that is not :attr:`Reward.plain`). Only for inputs without fields and with a ground truth that is neither
-        a list nor a dict, called and judged as ``fresh_scorer``'s usual input is."""
-        gates, reward = self.fn.gates, self.reward
-        if self.runs != 1 or gates.metrics or not reward.plain:
-            return None
-        return reward.fn, reward.finish, reward.name, gates.threshold
-
     def fresh_scorer(self) -> Callable[[list[dict[str, Any]], Any, Any], Checked]:
         """``f(messages, ground_truth, fields) -> Checked``: one input of :meth:`score_fresh`, scored in this thread
-        without a timeout (:meth:`score_fresh` applies one). The usual input (one run, no metric gates, no fields,
-        a ground truth that is not a list or dict, a :attr:`Reward.plain` function) is called and judged here as
-        :meth:`Reward.call` and :meth:`verdict_of` would, in one frame (it is the probes' hot path); the rest takes
-        :meth:`_fresh_one`. Tests hold both to the sample path's outcomes."""
-        fresh_one = self._fresh_one
+        without a timeout (:meth:`score_fresh` applies one): the function's call
+        (:meth:`pytest_reward.reward.call.Reward.fast`) judged by :attr:`checked`, an exception made the error.
+        The probes' hot loop calls it once per mutated response."""
+        if self.runs != 1:
+            fresh_one = self._fresh_one
 
-        def general(messages: list[dict[str, Any]], ground_truth: Any, fields: Any) -> Checked:
-            return fresh_one((messages, ground_truth, fields), _no_tick)
-
-        plan = self.inline_call()
-        if plan is None:
-            return general
-        fn, finish, name, threshold = plan
-        isfinite = math.isfinite
-
-        def one(messages: list[dict[str, Any]], ground_truth: Any, fields: Any) -> Checked:
-            if fields or ground_truth.__class__ in (list, dict):
+            def runs(messages: list[dict[str, Any]], ground_truth: Any, fields: Any) -> Checked:
                 return fresh_one((messages, ground_truth, fields), _no_tick)
-            try:
-                if ground_truth is MISSING or ground_truth is None:
-                    result = fn(messages=messages)
-                else:
-                    result = fn(messages=messages, ground_truth=ground_truth)
-                if result.__class__ is not EvaluateResult:
-                    result = finish(result)
-            except RewardReturnError as exc:
-                return None, False, None, describe_exception(invalid_return(name, exc.value, str(exc)))
-            except Exception as exc:
-                return None, False, None, describe_exception(exc)
-            score = float(result.score)
-            if isfinite(score) and result.is_score_valid and not result.error:
-                return score, threshold is None or score >= threshold, result.reason, None
-            return None, False, result.reason, None
 
-        return one
+            return runs
+        return self.reward.fast(then=self.checked, failed=_failed)
 
     # -- outcomes ------------------------------------------------------------------------------------------
 
@@ -352,43 +292,82 @@ class Invoker:
         error: str | None = None,
         duration: float = 0.0,
     ) -> SampleOutcome:
+        """The outcome of ``sample`` from what its call gave: a result (averaged over ``runs`` when there were
+        several), or None and the ``error``; judged with the sample's golden expectations and recorded score."""
         expect = sample.expect.for_function(self.fn.name, self.fn.spec.name) if sample.expect else None
         replay = None
         if self.replay_tolerance is not None and sample.recorded is not None:
             replay = Bound(equals=sample.recorded, tol=self.replay_tolerance)
             expect = Expect(score=replay, metrics=expect.metrics if expect else ())
-        verdict, score, metrics, failures, below = judge(result, self.fn.gates, expect, error=error)
-        if self.seen is not None:
-            self.seen[id(sample)] = (math.nan if score is None else score, verdict == PASS)
-        if self.light:
-            user = response = None
+        if result is not None and expect is None:
+            judged = self.verdict(result)
         else:
-            user, response = conversation_excerpt(sample.messages, sample.prompt)
+            judged = judge(result, self.fn.gates, expect, error=error)
         extra: dict[str, Any] = {}
         if runs is not None:
             extra = {"runs": runs, "spread": spread(runs)}
         if replay is not None:  # the summary counts the samples whose reward differs from the recorded one
+            score = judged[1]
             extra["replay_differs"] = score is None or replay.check(score) is not None
+        if result is None:
+            return self.make_outcome(sample, judged, False, None, error, duration, extra)
+        return self.make_outcome(
+            sample, judged, bool(result.is_score_valid), result.reason, None, duration, extra
+        )
+
+    def make_outcome(
+        self,
+        sample: Sample,
+        judged: Judged,
+        valid: bool,
+        reason: str | None,
+        error: str | None,
+        duration: float,
+        extra: dict[str, Any] | None = None,
+    ) -> SampleOutcome:
+        """The one place a call's outcome is built: ``sample``'s, judged ``judged`` (:data:`Judged`); a light
+        invoker leaves the key and the excerpt to :meth:`complete` and keeps the sample until then."""
+        verdict, score, metrics, failures, below = judged
+        if self.light:
+            return SampleOutcome(
+                function=self.fn.name,
+                file=self.file_label,
+                line=sample.line,
+                sample_id=sample.label,
+                key="",
+                response_hash=None,
+                verdict=verdict,
+                score=score,
+                is_score_valid=valid,
+                reason=reason,
+                metrics=metrics,
+                error=error,
+                failures=failures,
+                below=below,
+                duration=duration,
+                extra={} if extra is None else extra,
+                sample=sample,
+            )
+        user, response = conversation_excerpt(sample.messages, sample.prompt)
         return SampleOutcome(
             function=self.fn.name,
             file=self.file_label,
             line=sample.line,
             sample_id=sample.label,
-            key="" if self.light else sample.key,
-            response_hash=None if self.light else sample.response_hash,
+            key=sample.key,
+            response_hash=sample.response_hash,
             verdict=verdict,
             score=score,
-            is_score_valid=bool(result.is_score_valid) if result is not None else False,
-            reason=result.reason if result is not None else None,
+            is_score_valid=valid,
+            reason=reason,
             metrics=metrics,
-            error=error if result is None else None,
+            error=error,
             failures=failures,
             below=below,
             duration=duration,
             user=user,
             response=response,
-            extra=extra,
-            sample=sample if self.light else None,
+            extra={} if extra is None else extra,
         )
 
     def score_one(self, sample: Sample) -> SampleOutcome:
@@ -404,115 +383,43 @@ class Invoker:
 
     def sample_scorer(self, *, passes: bool = False) -> Callable[[Sample], SampleOutcome | Passed]:
         """:meth:`score_one` for a stream of samples scored one by one in this thread (file granularity, one
-        worker). The usual sample (one run, no timeout, a :attr:`Reward.plain` function, no metric gates, no golden
-        expectation or recorded score) is scored in one frame, as :meth:`score_one` would score it: the same
-        private copies of its inputs (:meth:`Reward.kwargs`), the same call, the same check that the call left
-        them unchanged (:meth:`check_inputs`), the same verdict (:func:`judge`) and outcome; the rest takes
-        :meth:`score_one`. Tests hold both to the same outcomes.
+        worker). The usual sample (one run, no timeout, no metric gates, no golden expectation or recorded score)
+        is scored in one frame: the function's call (:meth:`pytest_reward.reward.call.Reward.fast`, on a private
+        copy of the sample's inputs checked after the call; a trainer-native function's finite number judged
+        without building its ``EvaluateResult``), the verdict (:attr:`verdict`) and the outcome
+        (:meth:`make_outcome`); the rest takes :meth:`score_one`. Tests hold both to the same outcomes.
 
-        A trainer-native function with a pointwise adapter step (``__reward_scalar__``, see
-        :class:`pytest_reward.trainers.styles.ScalarStep`) is called through it: on the sample's own objects when the step
-        can hand the function none of them that could change (nothing to copy, nothing to check: verl's usual row,
-        whose ``extra_info`` the adapter copies itself and whose other inputs are strings and numbers), else on
-        private copies checked after the call as above; a finite number is judged here without building the
-        ``EvaluateResult`` (as :func:`judge` judges that result).
-
-        ``passes`` (a light invoker whose scores nobody reads back: :attr:`seen` None): a sample that passes
-        without metrics comes back as a :data:`Passed` tuple instead of its outcome, which
-        :meth:`passed_outcome` makes from it when a caller keeps it."""
-        reward, gates = self.reward, self.fn.gates
+        ``passes`` (a light invoker whose caller folds scores itself): a sample that passes without metrics comes
+        back as a :data:`Passed` tuple instead of its outcome, which :meth:`passed_outcome` makes from it when a
+        caller keeps it."""
         score_one = self.score_one
-        if self.runs != 1 or self.timeout is not None or not reward.plain or gates.metrics:
+        if self.runs != 1 or self.timeout is not None or self.fn.gates.metrics:
             return score_one
-        fn, finish, name, kwargs_of = reward.fn, reward.finish, reward.name, reward.kwargs
-        check_inputs, outcome = self.check_inputs, self.outcome
-        function, file_label, replay = self.fn.name, self.file_label, self.replay_tolerance
-        clock, isfinite = time.perf_counter, math.isfinite
-        # A trainer-native function's own return and what its adapter makes a result of (styles.native_reward): a
-        # finite number is judged here without building the EvaluateResult, as judge judges that result.
-        scalar = getattr(fn, "__reward_scalar__", None)
-        raw = to_result = direct = shared = None
-        if scalar is not None:
-            raw, to_result, direct, shared = scalar
-            # when the step would share something (direct gives `shared`): the adapter reads the response's text
-            # from the messages and hands them to nothing, so they need no copy; what it passes on (the ground
-            # truth, the fields) is copied as for every call, and checked after it
-            kwargs_of = reward.kwargs_owned
-        threshold, tolerated = gates.threshold, gates.tolerates_misses
+        fast, rule, make, outcome = self.reward.fast(numbers=True), self.verdict, self.make_outcome, self.outcome
+        replay, clock = self.replay_tolerance, time.perf_counter
 
         def one(sample: Sample) -> SampleOutcome | Passed:
             if sample.expect is not None or (replay is not None and sample.recorded is not None):
                 return score_one(sample)
             start = clock()
-            number = None
-            kwargs = None
             try:
-                try:
-                    if raw is not None:
-                        truth = sample.ground_truth
-                        if truth is NO_GROUND_TRUTH:
-                            truth = None
-                        # the sample's own objects, when nothing it is handed can change; else private copies
-                        value = direct(sample.messages, truth, sample.kwargs)
-                        if value is shared:
-                            kwargs = kwargs_of(sample.messages, truth, sample.kwargs)
-                            value = raw(**kwargs)
-                        if (value.__class__ is float or value.__class__ is int) and isfinite(
-                            number := float(value)
-                        ):
-                            result = None
-                        else:
-                            number, result = None, to_result(value)
-                    else:
-                        kwargs = kwargs_of(
-                            sample.messages,
-                            sample.ground_truth if sample.has_ground_truth else MISSING,
-                            sample.kwargs,
-                        )
-                        result = fn(**kwargs)
-                except RewardReturnError as exc:
-                    raise invalid_return(name, exc.value, str(exc)) from None
-                if result is not None and result.__class__ is not EvaluateResult:
-                    result = finish(result)
-                if kwargs is not None:
-                    check_inputs(kwargs, sample)
+                result = fast(
+                    sample.messages,
+                    sample.ground_truth if sample.has_ground_truth else MISSING,
+                    sample.kwargs,
+                    False,
+                )
             except Exception as exc:
                 return outcome(sample, None, error=describe_exception(exc), duration=clock() - start)
             duration = clock() - start
-            if not self.light or self.seen is not None:
-                return outcome(sample, to_result(value) if result is None else result, duration=duration)
-            if number is not None:  # judge's verdict on the result of a finite number (valid, no metrics)
-                if passes and (threshold is None or number >= threshold):
-                    return sample, number, None, duration
-                failures: list[str] = []
-                below: list[str] = []
-                if threshold is not None and number < threshold:
-                    (below if tolerated else failures).append(f"score {number:.4g} < threshold {threshold:g}")
-                verdict = FAIL if failures else (BELOW if below else PASS)
-                score, valid, reason, metrics = number, True, None, {}
-            else:
-                assert result is not None
-                verdict, score, metrics, failures, below = judge(result, gates, None)
-                if passes and verdict == PASS and not metrics:
-                    return sample, score, result.reason, duration
-                valid, reason = bool(result.is_score_valid), result.reason
-            return SampleOutcome(
-                function=function,
-                file=file_label,
-                line=sample.line,
-                sample_id=sample.label,
-                key="",
-                response_hash=None,
-                verdict=verdict,
-                score=score,
-                is_score_valid=valid,
-                reason=reason,
-                metrics=metrics,
-                failures=failures,
-                below=below,
-                duration=duration,
-                sample=sample,
-            )
+            judged = rule(result)
+            if result.__class__ is float:
+                if passes and judged[0] == PASS:
+                    return sample, result, None, duration
+                return make(sample, judged, True, None, None, duration)
+            if passes and judged[0] == PASS and not judged[2]:
+                return sample, judged[1], result.reason, duration  # type: ignore[return-value]
+            return make(sample, judged, bool(result.is_score_valid), result.reason, None, duration)
 
         return one
 
@@ -520,24 +427,8 @@ class Invoker:
         self, sample: Sample, score: float, reason: str | None, duration: float
     ) -> SampleOutcome:
         """The outcome of a sample that :meth:`sample_scorer` (``passes=True``) gave as a :data:`Passed` tuple:
-        the light outcome it would have returned instead."""
-        return SampleOutcome(
-            function=self.fn.name,
-            file=self.file_label,
-            line=sample.line,
-            sample_id=sample.label,
-            key="",
-            response_hash=None,
-            verdict=PASS,
-            score=score,
-            is_score_valid=True,
-            reason=reason,
-            metrics={},
-            failures=[],
-            below=[],
-            duration=duration,
-            sample=sample,
-        )
+        the outcome it would have returned instead."""
+        return self.make_outcome(sample, (PASS, score, {}, [], []), True, reason, None, duration)
 
     def score_chunk(self, samples: Sequence[Sample]) -> list[SampleOutcome]:
         """Score a chunk with a batch-mode function, never raising."""
@@ -608,16 +499,13 @@ class Invoker:
         return list(await asyncio.gather(*(one(s) for s in samples)))
 
 
-def _changed_message(fn_name: str, changed: list[str]) -> str:
-    what = ", ".join(repr(name) for name in changed)
-    return (
-        f"{fn_name} changed its input {what} in place: a reward function must not modify its "
-        "inputs (trainers pass the same objects to every reward function); copy them first"
-    )
-
-
 def _no_tick() -> None:
     pass
+
+
+def _failed(exc: Exception) -> Checked:
+    """The :data:`Checked` of a call that raised (or gave no result)."""
+    return None, False, None, describe_exception(exc)
 
 
 class DaemonPool:

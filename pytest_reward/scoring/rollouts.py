@@ -174,7 +174,7 @@ def score_responses(
     A bad return value makes an error outcome; an exception raised by the reward function does too when
     ``catch``, and propagates otherwise (sample items show the user's traceback)."""
     from ..errors import InvalidResult
-    from ..judge.results import judge
+    from ..judge.results import PASS
     from ..reward.call import describe_exception
     from .invoker import merge_runs
 
@@ -203,7 +203,8 @@ def score_responses(
     # Scores differ across sampled responses by design: kept per response, never reported as flaky runs.
     merged = merge_runs(results, what="responses") if len(results) > 1 else results[0]
     outcome = invoker.outcome(scored[0], merged, duration=time.perf_counter() - start)
-    passes = sum(1 for r in results if judge(r, invoker.fn.gates, None)[0] == "pass")
+    verdict = invoker.verdict
+    passes = sum(1 for r in results if verdict(r)[0] == PASS)
     n = len(results)
     outcome.extra.update(
         {

@@ -241,10 +241,15 @@ def load(ref: FunctionRef) -> Invoker:
             marker=Marker(gates=ref.gates),
             attr=ref.attr,
         )
+        # light: no key, no excerpt; the controller fills them for the outcomes it keeps
         invoker = Invoker(
-            fn, ref.file_label, runs=ref.runs, timeout=ref.timeout, replay_tolerance=ref.replay_tolerance
+            fn,
+            ref.file_label,
+            runs=ref.runs,
+            timeout=ref.timeout,
+            replay_tolerance=ref.replay_tolerance,
+            light=True,
         )
-        invoker.light = True  # no key, no excerpt: the controller fills them for the outcomes it keeps
         _LOADED[ref] = invoker
     return invoker
 

@@ -112,7 +112,8 @@ def test_a_new_row_is_judged_and_reported(project, min_score, monkeypatch):
     assert result.ret == 1
     result.stdout.fnmatch_lines(["FAIL number on s.jsonl: min 0.2 < 0.3"])
     assert "metric 'half'" not in "".join(line for line in result.stdout.lines if line.startswith("FAIL"))
-    assert "number on s.jsonl: min 0.2 < 0.3" in step_summary.read_text()
+    # Markdown-escaped, as every user-controlled text in the step summary is
+    assert "number on s\\.jsonl\\: min 0\\.2 &lt; 0\\.3" in step_summary.read_text()
     gates = json.loads((project.path / "out" / "summary.json").read_text())["groups"][0]["gates"]
     assert [(g["target"], g["gate"], g["value"], g["passed"]) for g in gates] == [
         ("score", "min_score", 0.2, False),

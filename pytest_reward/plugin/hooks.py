@@ -97,9 +97,10 @@ def pytest_collection(session: pytest.Session) -> None:
         registry = rs.discover(session)
         rs.check_found()
     else:
-        # Light look for reward modules whose functions bind samples files in their marker.
+        # Light look for reward modules whose functions bind samples files in their marker. A marker that is
+        # invalid may have meant to bind some: it is an error here too, never a function dropped in silence.
         registry = rs.discover(session, light=True)
-        if not rs.bound_only:
+        if not (rs.bound_only or registry.marker_errors()):
             return
     rs.check_reportable()
     for path in registry.bound_paths():
@@ -219,7 +220,9 @@ def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     """Plain ``pytest`` in a reward project: say which reward functions went without samples, and how to give some."""
     rs = _state(config)
-    for line in rs.idle_note() if rs is not None else ():
+    if rs is None or (rs.registry is not None and rs.registry.marker_errors()):
+        return  # an invalid marker failed the run already: its function did not merely lack samples
+    for line in rs.idle_note():
         terminalreporter.write_line(line, yellow=True)
 
 

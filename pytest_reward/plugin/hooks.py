@@ -163,9 +163,9 @@ def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: objec
         # Only when the user's module imported the evaluation API (a cheap check; no import here).
         evaluation = sys.modules.get("pytest_reward.evaluation.base")
         if evaluation is not None and _is_evaluation_class(obj, evaluation, collector):
-            from .collect import evaluation_item
+            from .collect import module_evaluation
 
-            return [evaluation_item(collector, name, obj)]
+            return module_evaluation(collector, name, obj)
         return None
     if callable(obj) and (hasattr(obj, "__reward_spec__") or hasattr(obj, "_reward_function_mode")):
         return []
@@ -173,12 +173,9 @@ def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: objec
 
 
 def _is_evaluation_class(obj: type, evaluation: Any, collector: pytest.Collector) -> bool:
-    import inspect
-
     module = getattr(collector, "obj", None)
     return (
         issubclass(obj, evaluation.Evaluation)
-        and not inspect.isabstract(obj)
         and not obj.__name__.startswith("_")
         and obj.__module__ == getattr(module, "__name__", None)
     )

@@ -237,12 +237,16 @@ def test_a_terminal_too_narrow_for_the_table_gets_one_whole_line_per_group(proje
     monkeypatch.setenv("COLUMNS", "80")
     result = project.run("--reward-samples", "s.jsonl")
     result.stdout.fnmatch_lines(
-        ["PASS    value on s.jsonl: n=4 mean 3.086e+04 (95% CI [0.550, 9.259e+04]) min 0.500 p10 0.530 pass rate 100.0%"]
+        [
+            "NO GATE value on s.jsonl: n=4 mean 3.086e+04 (95% CI [0.550, 9.259e+04]) min 0.500 p10 0.530 pass rate –"
+        ]
     )
     assert "| samples" not in result.stdout.str()
     monkeypatch.setenv("COLUMNS", "240")
     result = project.run("--reward-samples", "s.jsonl")
-    result.stdout.fnmatch_lines(["value * s.jsonl * 4 * 3.086e+04 * 0.500 * 0.530 * 100.0% * [[]0.550, 9.259e+04] * PASS*"])
+    result.stdout.fnmatch_lines(
+        ["value * s.jsonl * 4 * 3.086e+04 * 0.500 * 0.530 * – * [[]0.550, 9.259e+04] * NO GATE*"]
+    )
 
 
 _finite = st.floats(allow_nan=False, allow_infinity=False)

@@ -269,6 +269,17 @@ def test_max_mean_is_an_upper_bound(project):
     )
 
 
+def test_a_session_failed_only_by_a_gate_ends_on_a_red_line_naming_it(project):
+    scores_project(project, "mean=0.7", [0.5, 0.6, 0.7])
+    result = project.run("--reward-samples", "s.jsonl", "--color=yes")
+    assert result.ret == 1
+    last = result.stdout.lines[-1]
+    assert last.startswith("\x1b[31m") and "1 gate failed\x1b[0m" in last, repr(last)
+    result = project.run("--reward-samples", "s.jsonl")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*= 3 passed, 1 gate failed in *"])
+
+
 def test_nothing_gated_is_no_gate_in_every_artifact_and_fails_nothing(project, monkeypatch):
     # Two of three answers score 0: without a threshold or gate, no artifact may call that a pass.
     scores_project(project, "", [1, 0, 0])

@@ -249,6 +249,11 @@ class RewardHooks:
         failed = len(run.failed_gates) + len(run.compare_failures)
         if failed:
             session.testsfailed += failed
+        from .summary_line import COMPARISON, GATE, count_failures
+
+        gates = [f"{group.function} on {group.file}: {gate.describe()}" for group, gate in run.failed_gates]
+        count_failures(session.config, GATE, gates)
+        count_failures(session.config, COMPARISON, list(run.compare_failures))
         return result
 
     def _meta(self) -> dict[str, Any]:
@@ -285,7 +290,7 @@ class RewardHooks:
         ):
             interrupted = session.exitstatus == pytest.ExitCode.INTERRUPTED
             if controller.result is not None and not interrupted and controller.stage():
-                _fail_session(session)
+                _fail_session(session, "the result files could not be staged")
             result = controller.result or controller.empty_result(self._meta(), self._functions())
             try:
                 session.config.hook.pytest_reward_run_finished(result=result, session=session)
@@ -293,15 +298,18 @@ class RewardHooks:
                 if session.exitstatus == pytest.ExitCode.INTERRUPTED:
                     controller.discard()
                 elif controller.commit(int(session.exitstatus)).errors:
-                    _fail_session(session)
+                    _fail_session(session, "the result files could not be written")
         call = sys.modules.get("pytest_reward.reward.call")
         if call is not None:
             call.close_loop()
 
 
-def _fail_session(session: pytest.Session) -> None:
+def _fail_session(session: pytest.Session, why: str) -> None:
     if session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    from .summary_line import RESULT_FILES, count_failures
+
+    count_failures(session.config, RESULT_FILES, [why])
 
 
 class XdistHooks:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 
 import pytest
 from hypothesis import given
@@ -328,3 +329,19 @@ def test_a_stored_run_writes_each_sample_as_plain_json_on_its_line(samples):
     finite = all(not isinstance(e["score"], float) or math.isfinite(e["score"]) for e in samples.values())
     if finite:  # NaN is not equal to itself: the round trip is checked where it can be
         assert json.loads(text) == data
+
+
+def test_a_session_failed_only_by_a_comparison_ends_on_a_red_line_naming_it(project):
+    shifted_project(project, n=20, run=0)
+    project.run("--reward-samples", "s.jsonl", "--reward-save=base")
+    shifted_project(project, n=20, run=0, outliers={"s007": -0.9})
+    result = project.run(
+        "--reward-samples",
+        "s.jsonl",
+        "--reward-compare=base",
+        f"--reward-compare-fail={RULES}",
+        "--color=yes",
+    )
+    assert result.ret == 1
+    last = result.stdout.lines[-1]
+    assert last.startswith("\x1b[31m") and re.search(r"\[1m\d+ comparisons? failed\x1b\[0m", last), repr(last)

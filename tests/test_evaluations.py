@@ -172,6 +172,80 @@ def test_private_and_abstract_evaluations_are_not_collected(project):
     assert "_Helper" not in result.stdout.str() and "StillAbstract" not in result.stdout.str()
 
 
+@pytest.mark.parametrize(
+    ("source", "missing"),
+    [
+        # the README's own placeholder: nothing implemented
+        (
+            """
+            @pytest.mark.reward(max_mean=8.0)
+            class ProblemPerplexity(PerplexityEvaluation): ...
+            """,
+            "ProblemPerplexity: the Evaluation class is abstract (it does not implement __len__, get, name)*",
+        ),
+        # a misspelled method
+        (
+            """
+            @pytest.mark.reward(max_mean=8.0)
+            class ProblemPerplexity(PerplexityEvaluation):
+                name = "ppl"
+                def __len__(self):
+                    return 1
+                def gett(self, index):
+                    return "text"
+            """,
+            "ProblemPerplexity: the Evaluation class is abstract (it does not implement get)*",
+        ),
+        # named like a test class: pytest collects it, so it was meant to run
+        (
+            """
+            class TestPerplexity(PerplexityEvaluation):
+                name = "ppl"
+                def __len__(self):
+                    return 1
+            """,
+            "TestPerplexity: the Evaluation class is abstract (it does not implement get)*",
+        ),
+    ],
+)
+def test_an_abstract_evaluation_meant_to_run_is_a_collection_error(project, source, missing):
+    project.file("conftest.py", CONFTEST_JOB)
+    project.file(
+        "test_evals.py",
+        "import pytest\nfrom pytest_reward.evaluation import PerplexityEvaluation\n"
+        + textwrap.dedent(source)
+        + "\ndef test_plain():\n    pass\n",
+    )
+    result = project.run()
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*ERROR collecting test_evals.py*", f"test_evals.py::{missing}"])
+
+
+def test_a_marked_abstract_base_class_shares_its_gates_with_its_subclasses(project):
+    project.file("conftest.py", CONFTEST_JOB)
+    project.file(
+        "test_evals.py",
+        """
+        import pytest
+        from pytest_reward.evaluation import Evaluation, EvaluationSample
+
+        @pytest.mark.reward(mean=0.9)
+        class Base(Evaluation):
+            def __len__(self):
+                return 2
+
+        class Ones(Base):
+            name = "ones"
+            def evaluate_samples(self, inference, encoding=None, **kwargs):
+                return [EvaluationSample(index=i, input="q", score=1.0) for i in range(2)]
+        """,
+    )
+    result = project.run("-v")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*test_evals.py::Ones PASSED*"])
+
+
 def test_without_a_model_an_evaluation_is_a_usage_error(project):
     project.file(
         "test_evals.py",
@@ -230,7 +304,7 @@ def test_evaluations_listed_in_ini_are_collected_by_path_or_by_module(project):
         ["*evals/checks.py::Listed PASSED*", "*mypkg/more.py::Listed PASSED*"], consecutive=False
     )
     result.stdout.fnmatch_lines(
-        ["listed * evals/checks.py * 2 *PASS*", "listed_by_name * mypkg/more.py * 2 *PASS*"]
+        ["listed * evals/checks.py * 2 *NO GATE*", "listed_by_name * mypkg/more.py * 2 *NO GATE*"]
     )
     # -k deselects listed evaluations like any item
     result = project.run("-k", "checks")

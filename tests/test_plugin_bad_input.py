@@ -160,6 +160,63 @@ def test_bad_marker_is_a_collection_error_naming_the_function(project, marker, m
 
 
 @pytest.mark.parametrize(
+    ("marker", "message"),
+    [
+        ("treshold=0.5, samples='s.jsonl'", "*unknown key 'treshold' (did you mean 'threshold'?)*"),
+        (
+            "samples='s.jsonl', rollout={'temprature': 0.5}",
+            "*unknown key 'temprature' (did you mean 'temperature'?)*",
+        ),
+        ("treshold=0.5", "*unknown key 'treshold' (did you mean 'threshold'?)*"),
+    ],
+)
+def test_bad_marker_is_a_usage_error_when_the_marker_binds_the_samples(project, marker, message):
+    # Plain ``pytest``: nothing asked for reward testing but the marker. The function must not vanish behind the
+    # "no samples" note while an ordinary test passes.
+    project.file(
+        "rewards.py",
+        f"""
+        import pytest
+        from pytest_reward import reward_function
+
+        @pytest.mark.reward({marker})
+        @reward_function
+        def picky(messages, **kwargs):
+            return {{"score": 1.0}}
+        """,
+    )
+    project.file("test_other.py", "def test_ok():\n    pass\n")
+    project.jsonl("s.jsonl", [GOOD])
+    result = project.run()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*invalid reward functions:", "  @pytest.mark.reward on rewards.py::picky" + message]
+    )
+    assert "no samples to score" not in result.stdout.str()
+    _check_clean(result)
+
+
+def test_bad_marker_is_a_usage_error_when_the_samples_glob_matches_nothing(project):
+    project.file(
+        "rewards.py",
+        """
+        import pytest
+        from pytest_reward import reward_function
+
+        @pytest.mark.reward(treshold=0.5)
+        @reward_function
+        def picky(messages, **kwargs):
+            return {"score": 1.0}
+        """,
+    )
+    project.file("test_other.py", "def test_ok():\n    pass\n")
+    project.pytester.makeini("[pytest]\nreward_samples_glob = *.evals.jsonl\n")
+    result = project.run()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*rewards.py::picky: unknown key 'treshold' (did you mean 'threshold'?)*"])
+
+
+@pytest.mark.parametrize(
     ("option", "message"),
     [
         (("--reward-threshold", "abc"), "*--reward-threshold: expected a number, got 'abc'*"),

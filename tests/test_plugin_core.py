@@ -36,7 +36,7 @@ def test_seed_tutorial_project_scores_what_its_code_computes(pytester, project):
     assert [o["metrics"]["direct_answer"]["score"] for o in outcomes] == [0.0, 0.0, 1.0]
     result = project.run("--reward-samples", "samples.jsonl")
     result.assert_outcomes(passed=3)
-    result.stdout.fnmatch_lines(["*reward summary*", "*evaluate*samples.jsonl*3*0.273*0.000*PASS*"])
+    result.stdout.fnmatch_lines(["*reward summary*", "*evaluate*samples.jsonl*3*0.273*0.000*–*NO GATE"])
 
 
 def test_items_are_named_file_function_sample(project):

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
 from .conftest import msgs
 
 # score = the number in the assistant turn, so each test states its data exactly.
@@ -260,4 +264,39 @@ def test_max_mean_is_an_upper_bound(project):
     scores_project(project, "max_mean=1.6, confidence=0.95", [1.2, 1.4, 1.9])
     result = project.run("--reward-samples", "s.jsonl")
     assert result.ret == 1
-    result.stdout.fnmatch_lines(["FAIL number on s.jsonl: mean 1.5 (CI upper bound 1.*, 95% bootstrap (B=2000, seed=0)) > 1.6"])
+    result.stdout.fnmatch_lines(
+        ["FAIL number on s.jsonl: mean 1.5 (CI upper bound 1.*, 95% bootstrap (B=2000, seed=0)) > 1.6"]
+    )
+
+
+def test_a_session_failed_only_by_a_gate_ends_on_a_red_line_naming_it(project):
+    scores_project(project, "mean=0.7", [0.5, 0.6, 0.7])
+    result = project.run("--reward-samples", "s.jsonl", "--color=yes")
+    assert result.ret == 1
+    last = result.stdout.lines[-1]
+    assert last.startswith("\x1b[31m") and "1 gate failed\x1b[0m" in last, repr(last)
+    result = project.run("--reward-samples", "s.jsonl")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*= 3 passed, 1 gate failed in *"])
+
+
+def test_nothing_gated_is_no_gate_in_every_artifact_and_fails_nothing(project, monkeypatch):
+    # Two of three answers score 0: without a threshold or gate, no artifact may call that a pass.
+    scores_project(project, "", [1, 0, 0])
+    step = project.path / "step.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step))
+    result = project.run("--reward-samples", "s.jsonl", "--reward-report", "out")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["number * s.jsonl * 3 * 0.333 * 0.000 * 0.000 * – * NO GATE"])
+    data = json.loads((project.path / "out" / "summary.json").read_text())
+    (group,) = data["groups"]
+    assert group["verdict"] == "NO GATE" and group["summary"]["pass_rate"] is None
+    assert group["summary"]["mean"] == pytest.approx(1 / 3)
+    page = (project.path / "out" / "report.html").read_text()
+    assert ">NO GATE<" in page and "100.0%" not in page
+    table = step.read_text()
+    assert "| 3 | 0 | 0.333 |" in table and "| – | NO GATE |" in table and "PASS |" not in table
+    # declared, the same scores get a verdict
+    scores_project(project, "threshold=0.5", [1, 0, 0])
+    result = project.run("--reward-samples", "s.jsonl")
+    result.stdout.fnmatch_lines(["number * s.jsonl * 3 * 0.333 * 0.000 * 0.000 * 33.3% * FAIL*"])

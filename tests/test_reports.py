@@ -238,15 +238,15 @@ def test_a_terminal_too_narrow_for_the_table_gets_one_block_per_group(project, m
     result = project.run("--reward-samples", "s.jsonl")
     result.stdout.fnmatch_lines(  # wrapped between words, within the 80 columns
         [
-            "PASS    value on s.jsonl: n=4 mean 3.086e+04 (95% CI [0.550, 9.259e+04]) min",
-            "  0.500 p10 0.530 pass rate 100.0%",
+            "NO GATE value on s.jsonl: n=4 mean 3.086e+04 (95% CI [0.550, 9.259e+04]) min",
+            "  0.500 p10 0.530 pass rate –",
         ]
     )
     assert "| samples" not in result.stdout.str()
     monkeypatch.setenv("COLUMNS", "240")
     result = project.run("--reward-samples", "s.jsonl")
     result.stdout.fnmatch_lines(
-        ["value * s.jsonl * 4 * 3.086e+04 * 0.500 * 0.530 * 100.0% * [[]0.550, 9.259e+04] * PASS*"]
+        ["value * s.jsonl * 4 * 3.086e+04 * 0.500 * 0.530 * – * [[]0.550, 9.259e+04] * NO GATE*"]
     )
 
 

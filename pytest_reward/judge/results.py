@@ -30,6 +30,7 @@ __all__ = [
     "SampleOutcome",
     "Summary",
     "bound_texts",
+    "declares_gates",
     "evaluate_gates",
     "float_json",
     "judge",
@@ -634,6 +635,12 @@ def _judged(
         )
     compared = interval["low"] if interval is not None else value
     return GateResult(target, name, bound, value, compared, interval, passed=compared >= bound)
+
+
+def declares_gates(gates: Gates) -> bool:
+    """Whether ``gates`` ask anything of a group: a per-sample threshold or an aggregate gate, on the score or on a
+    metric. A group with none has no verdict to give (its samples can still fail: an error, a missed ``expect``)."""
+    return bool(gates.bounds) or any(m.bounds for _, m in gates.metrics)
 
 
 def evaluate_gates(summary: Summary, gates: Gates) -> list[GateResult]:

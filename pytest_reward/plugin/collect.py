@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import importlib
 import inspect
 from collections.abc import Iterator
@@ -40,7 +41,14 @@ from .session import RewardSession, session_key
 if TYPE_CHECKING:
     from ..project.functions import RewardFn
 
-__all__ = ["EvaluationsModule", "SamplesFile", "evaluation_item", "listed_evaluations"]
+__all__ = [
+    "EvaluationsModule",
+    "SamplesFile",
+    "abstract_methods",
+    "evaluation_item",
+    "listed_evaluations",
+    "module_evaluation",
+]
 
 
 class SamplesFile(pytest.File):
@@ -311,6 +319,41 @@ class EvaluationsModule(pytest.File):
             yield evaluation_item(self, name, cls)
 
 
+def module_evaluation(collector: pytest.Collector, name: str, cls: type) -> list[pytest.Item] | None:
+    """The item of an ``Evaluation`` subclass defined in a collected test module.
+
+    An abstract one (a method such as ``get`` not implemented) cannot run. It is a collection error naming what
+    it lacks when it was meant to run: it carries a ``reward`` mark of its own, or is named like a test class
+    (ini ``python_classes``), and no class subclasses it. Otherwise it is a helper base class, left to pytest as
+    before (None).
+    """
+    missing = abstract_methods(cls)
+    if not missing:
+        return [evaluation_item(collector, name, cls)]
+    own_marks = marks_of(cls) if "pytestmark" in vars(cls) else []
+    marked = any(mark.name == "reward" for mark in own_marks)
+    if cls.__subclasses__() or not (marked or _test_class_name(collector.config, name)):
+        return None
+    rs = collector.config.stash[session_key]
+    raise collector.CollectError(
+        f"{rs.rel(collector.path)}::{name}: the Evaluation class is abstract (it does not implement {missing}): "
+        "implement it, or name the class with a leading _ if it is a base class for others"
+    )
+
+
+def abstract_methods(cls: type) -> str:
+    """The abstract methods ``cls`` leaves unimplemented, comma-separated ("" for a class that can be built)."""
+    return ", ".join(sorted(getattr(cls, "__abstractmethods__", ()))) if inspect.isabstract(cls) else ""
+
+
+def _test_class_name(config: pytest.Config, name: str) -> bool:
+    """Whether pytest collects a class of this name (ini ``python_classes``: prefixes or globs)."""
+    return any(
+        name.startswith(option) or (any(c in option for c in "*?[") and fnmatch.fnmatch(name, option))
+        for option in config.getini("python_classes")
+    )
+
+
 def evaluation_item(collector: pytest.Collector, name: str, cls: type) -> EvaluationItem:
     """The item of an ``Evaluation`` subclass found in a test module; its ``reward`` marks are its gates."""
     rs = collector.config.stash[session_key]
@@ -395,7 +438,7 @@ def load_evaluation_spec(
         raise DiscoveryError(f"{where}: {module.__name__} has no attribute {attr!r}")
     if not (isinstance(obj, type) and issubclass(obj, Evaluation)):
         raise DiscoveryError(f"{where}: {attr!r} is not a subclass of pytest_reward.evaluation.Evaluation")
-    if inspect.isabstract(obj):
-        missing = ", ".join(sorted(obj.__abstractmethods__))
+    missing = abstract_methods(obj)
+    if missing:
         raise DiscoveryError(f"{where}: {attr!r} is abstract (it does not implement {missing})")
     return module, obj

@@ -244,6 +244,10 @@ class DeployPlugin:
         self.outcome = run_deploy(session, result)
         if self.outcome.failed and session.exitstatus == 0:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            from .summary_line import DEPLOY, REFUSED_DEPLOY, count_failures
+
+            category = REFUSED_DEPLOY if self.outcome.status == "refused" else DEPLOY
+            count_failures(session.config, category, [self.outcome.message])
 
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:

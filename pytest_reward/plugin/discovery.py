@@ -220,16 +220,17 @@ def _make_entry(obj: Any, module: ModuleType | None, opts: DiscoveryOptions, att
             reward_marks.append(mark)
         else:
             other_marks.append(mark)
+    marker_error = False
     for mark in reward_marks:
         try:
             marker = marker.merged(validate_marker(tuple(mark.args), dict(mark.kwargs), where), "marker")
         except GateError as exc:
-            error = str(exc)
+            error, marker_error = str(exc), True
     bound: tuple[Path, ...] = ()
     if error is None and marker.samples:
         bound, problem = _resolve_bound(marker.samples, path, opts.rootdir)
         if problem:
-            error = f"{where}: {problem}"
+            error, marker_error = f"{where}: {problem}", True
     return RewardFn(
         obj=obj,
         spec=spec,
@@ -242,6 +243,7 @@ def _make_entry(obj: Any, module: ModuleType | None, opts: DiscoveryOptions, att
         marks=other_marks,
         bound_files=bound,
         error=error,
+        marker_error=marker_error,
         attr=attr or getattr(obj, "__name__", ""),
         module_file=Path(module.__file__).resolve()
         if module is not None and getattr(module, "__file__", None)

@@ -97,9 +97,10 @@ def pytest_collection(session: pytest.Session) -> None:
         registry = rs.discover(session)
         rs.check_found()
     else:
-        # Light look for reward modules whose functions bind samples files in their marker.
+        # Light look for reward modules whose functions bind samples files in their marker. A marker that is
+        # invalid may have meant to bind some: it is an error here too, never a function dropped in silence.
         registry = rs.discover(session, light=True)
-        if not rs.bound_only:
+        if not (rs.bound_only or registry.marker_errors()):
             return
     rs.check_reportable()
     for path in registry.bound_paths():
@@ -162,9 +163,9 @@ def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: objec
         # Only when the user's module imported the evaluation API (a cheap check; no import here).
         evaluation = sys.modules.get("pytest_reward.evaluation.base")
         if evaluation is not None and _is_evaluation_class(obj, evaluation, collector):
-            from .collect import evaluation_item
+            from .collect import module_evaluation
 
-            return [evaluation_item(collector, name, obj)]
+            return module_evaluation(collector, name, obj)
         return None
     if callable(obj) and (hasattr(obj, "__reward_spec__") or hasattr(obj, "_reward_function_mode")):
         return []
@@ -172,12 +173,9 @@ def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: objec
 
 
 def _is_evaluation_class(obj: type, evaluation: Any, collector: pytest.Collector) -> bool:
-    import inspect
-
     module = getattr(collector, "obj", None)
     return (
         issubclass(obj, evaluation.Evaluation)
-        and not inspect.isabstract(obj)
         and not obj.__name__.startswith("_")
         and obj.__module__ == getattr(module, "__name__", None)
     )
@@ -219,7 +217,9 @@ def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     """Plain ``pytest`` in a reward project: say which reward functions went without samples, and how to give some."""
     rs = _state(config)
-    for line in rs.idle_note() if rs is not None else ():
+    if rs is None or (rs.registry is not None and rs.registry.marker_errors()):
+        return  # an invalid marker failed the run already: its function did not merely lack samples
+    for line in rs.idle_note():
         terminalreporter.write_line(line, yellow=True)
 
 
@@ -249,6 +249,11 @@ class RewardHooks:
         failed = len(run.failed_gates) + len(run.compare_failures)
         if failed:
             session.testsfailed += failed
+        from .summary_line import COMPARISON, GATE, count_failures
+
+        gates = [f"{group.function} on {group.file}: {gate.describe()}" for group, gate in run.failed_gates]
+        count_failures(session.config, GATE, gates)
+        count_failures(session.config, COMPARISON, list(run.compare_failures))
         return result
 
     def _meta(self) -> dict[str, Any]:
@@ -285,7 +290,7 @@ class RewardHooks:
         ):
             interrupted = session.exitstatus == pytest.ExitCode.INTERRUPTED
             if controller.result is not None and not interrupted and controller.stage():
-                _fail_session(session)
+                _fail_session(session, "the result files could not be staged")
             result = controller.result or controller.empty_result(self._meta(), self._functions())
             try:
                 session.config.hook.pytest_reward_run_finished(result=result, session=session)
@@ -293,15 +298,18 @@ class RewardHooks:
                 if session.exitstatus == pytest.ExitCode.INTERRUPTED:
                     controller.discard()
                 elif controller.commit(int(session.exitstatus)).errors:
-                    _fail_session(session)
+                    _fail_session(session, "the result files could not be written")
         call = sys.modules.get("pytest_reward.reward.call")
         if call is not None:
             call.close_loop()
 
 
-def _fail_session(session: pytest.Session) -> None:
+def _fail_session(session: pytest.Session, why: str) -> None:
     if session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    from .summary_line import RESULT_FILES, count_failures
+
+    count_failures(session.config, RESULT_FILES, [why])
 
 
 class XdistHooks:

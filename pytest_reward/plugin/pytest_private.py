@@ -13,13 +13,16 @@ pytest 8.4–9.x; the rest of the package uses public API only):
 * :func:`skip_at_item` — ``Skipped(_use_item_location=True)``: a skip decided while an item runs (a probe that
   applies to no sample) is reported at the item's location, as pytest's own ``skip`` marks are; ``pytest.skip()``
   would name the line of pytest's runner that caught it.
+* :func:`red_summary_line` — pytest colours the last line from ``TerminalReporter`` internals (known categories
+  of ``stats``; red only for failed tests and errors): a session failed by a gate, a comparison or a deploy would
+  end on a green or yellow line. The public ``build_summary_stats_line`` is wrapped on the reporter instance.
 * :func:`structured_node_id` — pytest ≥ 9.2 builds a ``Function``'s structured node id from its name without
   splitting off ``[...]``; our items must carry the id pytest parses back from ``--lf`` caches and ``--deselect``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -33,6 +36,7 @@ __all__ = [
     "TerminalWriter",
     "fixture_info",
     "import_test_module",
+    "red_summary_line",
     "skip_at_item",
     "structured_node_id",
 ]
@@ -67,3 +71,30 @@ def import_test_module(path: Path, config: pytest.Config) -> ModuleType:
         root=config.rootpath,
         consider_namespace_packages=config.getini("consider_namespace_packages"),
     )
+
+
+def red_summary_line(reporter: Any, words: Mapping[str, tuple[str, str]]) -> None:
+    """Make pytest's last line show the session's own failures like failed tests, in red: ``3 passed, 1 gate
+    failed``. pytest counts every ``reporter.stats`` category in that line (``"%d %s" % (count, key)``) but colours
+    one it does not know yellow, and the whole line red only for failed tests and errors. ``words``: each of our
+    categories and its (singular, plural) text. ``summary_stats`` builds the line through
+    ``build_summary_stats_line``, wrapped here once per reporter."""
+    build = reporter.build_summary_stats_line
+    if getattr(build, "reward_words", None) is not None:
+        return
+
+    def build_summary_stats_line() -> tuple[list[tuple[str, dict[str, bool]]], str]:
+        parts, color = build()
+        ours = False
+        out = []
+        for text, markup in parts:
+            count, _, key = text.partition(" ")
+            if key in words:
+                ours = True
+                text = f"{count} {words[key][count != '1']}"
+                markup = {"red": True, "bold": True}
+            out.append((text, markup))
+        return out, "red" if ours else color
+
+    build_summary_stats_line.reward_words = words  # type: ignore[attr-defined]
+    reporter.build_summary_stats_line = build_summary_stats_line

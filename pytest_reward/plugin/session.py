@@ -171,9 +171,10 @@ class RewardSession:
         ]
 
     def check_reportable(self) -> None:
-        """Invalid reward functions are reported by the first samples file collected; with none, here."""
+        """Invalid reward functions are reported by the first samples file collected: named or bound files are
+        sure to be; with none (a ``reward_samples_glob`` may match no file), here, before collection."""
         registry = self.registry
-        if registry is None or self.explicit_files or registry.bound_paths() or self.settings.samples_glob:
+        if registry is None or self.explicit_files or registry.bound_paths():
             return
         errors = registry.errors()
         if errors:

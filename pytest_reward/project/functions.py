@@ -36,6 +36,9 @@ class RewardFn:
     marks: list[Any] = field(default_factory=list)
     bound_files: tuple[Path, ...] = ()
     error: str | None = None
+    marker_error: bool = False
+    """``error`` is its ``reward`` marker's (invalid, or naming samples files that do not exist): an error in every
+    run that finds the function, samples bound or not."""
     attr: str = ""
     """The attribute of ``module`` that holds the function (how a deploy bundle finds it again)."""
     module_file: Path | None = None
@@ -74,6 +77,10 @@ class Registry:
         return [f"{where}: {msg}" for where, msg in self.import_errors] + [
             f.error for f in self.functions if f.error
         ]
+
+    def marker_errors(self) -> list[str]:
+        """The errors of the functions whose ``reward`` marker is invalid."""
+        return [f.error for f in self.functions if f.marker_error and f.error]
 
     def pop_errors(self) -> list[str]:
         """``errors()``, handed out once (the first samples-file collector reports them)."""

@@ -298,7 +298,7 @@ def _header(data: dict[str, Any], groups: list[dict[str, Any]], n_rows: int) -> 
     n = sum(_int(s.get("n")) for s in summaries)
     errors = sum(_int(s.get("n_errors")) for s in summaries)
     parts = [f"{len(groups)} group{'' if len(groups) == 1 else 's'}"]
-    parts += [f"{verdicts.count(v)} {v}" for v in ("PASS", "FAIL", "partial") if verdicts.count(v)]
+    parts += [f"{verdicts.count(v)} {v}" for v in ("PASS", "FAIL", "partial", "NO GATE") if verdicts.count(v)]
     counts = f"{', '.join(parts)} · {n} samples, {errors} errored"
     verdict = data.get("verdict")
     return (

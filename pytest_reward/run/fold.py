@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..judge.gates import Gates
-from ..judge.results import GroupAccumulator, SampleOutcome, Summary, evaluate_gates
+from ..judge.results import GroupAccumulator, SampleOutcome, Summary, declares_gates, evaluate_gates
 from ..judge.wire import outcome_from_wire
 from .result import GroupResult, ProbeResult
 
@@ -121,8 +121,14 @@ class Aggregator:
         crashes = self._crashes
 
         def group(key: tuple[str, str], summary: Summary, **fields: Any) -> GroupResult:
-            gates = tuple(evaluate_gates(summary, self.gates(key[0])))
-            return GroupResult(key[0], key[1], summary, gates, errors=tuple(crashes.get(key, ())), **fields)
+            declared = self.gates(key[0])
+            gated = declares_gates(declared)
+            if not gated:  # no threshold: every scored sample "passes", which is no pass rate to show
+                summary = replace(summary, pass_rate=None, gate_pass_ci=None)
+            gates = tuple(evaluate_gates(summary, declared))
+            return GroupResult(
+                key[0], key[1], summary, gates, errors=tuple(crashes.get(key, ())), gated=gated, **fields
+            )
 
         out: list[GroupResult] = []
         for key in crashes.keys() - self._accumulators.keys() - self._file_groups.keys():

@@ -23,7 +23,10 @@ if TYPE_CHECKING:
     from ..project.functions import RewardFn
     from .baseline import Comparison, ProbeChange
 
-__all__ = ["GroupResult", "ProbeExample", "ProbeResult", "RunResult"]
+__all__ = ["NO_GATE", "GroupResult", "ProbeExample", "ProbeResult", "RunResult"]
+
+#: The verdict of a group whose function declares no threshold and no gate.
+NO_GATE = "NO GATE"
 
 #: The summary fields a stored run keeps of each group.
 _RECORD_SUMMARY = (
@@ -64,6 +67,9 @@ class GroupResult:
     row_refs: tuple[Any, ...] = ()
     """Aligned with ``outcomes`` (sample items, with a report): where each outcome's full results.jsonl row was
     written (``[path, offset, length]``, or None); the outcomes themselves keep bounded texts."""
+    gated: bool = True
+    """Whether the function declares a threshold or a gate (:func:`~pytest_reward.judge.results.declares_gates`);
+    without one the group has no pass rate and its verdict is ``NO GATE``."""
 
     @property
     def failed_gates(self) -> list[GateResult]:
@@ -71,13 +77,16 @@ class GroupResult:
 
     @property
     def verdict(self) -> str:
-        """``ERROR`` (an item ended without a verdict), ``FAIL``, ``partial`` (not every sample ran) or ``PASS``."""
+        """``ERROR`` (an item ended without a verdict), ``FAIL``, ``partial`` (not every sample ran), ``NO GATE``
+        (nothing was asked of the scores: no threshold, no gate; it fails nothing) or ``PASS``."""
         if self.errors:
             return "ERROR"
         if self.summary.n_fail or self.failed_gates:
             return "FAIL"
         if not self.summary.complete:
             return "partial"
+        if not self.gated:
+            return NO_GATE
         return "PASS"
 
     def samples_record(self) -> dict[str, dict[str, Any]]:

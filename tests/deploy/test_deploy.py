@@ -290,6 +290,25 @@ def test_unknown_target_fails_the_session(project):
     )
 
 
+@pytest.mark.parametrize(
+    ("args", "last_line"),
+    [
+        (["--reward-deploy", "-k", "ml"], "*= 1 passed, 1 deselected, 1 deploy refused in *"),
+        (["--reward-deploy=https://127.0.0.1:9/x"], "*= 2 passed, 1 deploy failed in *"),
+    ],
+)
+def test_a_deploy_that_fails_the_session_ends_on_a_red_line_naming_it(project, args, last_line):
+    make_project(project)
+    result = project.run("--reward-samples", "samples.jsonl", "--color=yes", *args)
+    assert result.ret == 1
+    last = result.stdout.lines[-1]
+    # the line is red, as is the part that says why
+    assert last.startswith("\x1b[31m") and "\x1b[31m\x1b[1m1 deploy " in last, repr(last)
+    result = project.run("--reward-samples", "samples.jsonl", *args)
+    assert result.ret == 1
+    result.stdout.fnmatch_lines([last_line])
+
+
 def test_plugins_add_targets_and_hear_about_deploys(project):
     make_project(project)
     project.file(

@@ -302,7 +302,7 @@ def test_replay_tolerance_holds_in_worker_processes(project):
         *args, "--reward-executor", "process", "--reward-workers", "1", "--reward-granularity", "file", "-rf"
     )
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*3.jsonl:2*expected 1 ± 0.01, got 0*"])
+    result.stdout.fnmatch_lines(["*3.jsonl:2*replay: the trainer recorded 1, the reward gives 0 now (tolerance 0.01)*"])
 
 
 def test_the_summary_counts_samples_that_differ_from_the_recorded_score(project):
@@ -538,7 +538,7 @@ def test_a_reward_changing_the_conversation_fails_and_the_report_shows_it_as_wri
     project.file("pytest.ini", "[pytest]\nreward_sample_fields = response=response\n")
     result = project.result("--reward-samples", "test.parquet", "--reward-granularity", "file")
     by_fn = {g.function: g for g in result.groups}
-    assert by_fn["reads"].verdict == "PASS" and by_fn["reads"].summary.mean == 1.0
+    assert by_fn["reads"].verdict == "NO GATE" and by_fn["reads"].summary.mean == 1.0
     assert by_fn["mutates"].verdict == "FAIL"
     shown = by_fn["mutates"].outcomes
     assert shown and all("changed its input 'messages' in place" in o.error for o in shown)

@@ -252,10 +252,10 @@ def test_replaying_a_pack_with_the_slime_reward_fails_the_drifted_sample(project
     )
     if granularity == "sample":
         result.assert_outcomes(passed=2, failed=1)
-        result.stdout.fnmatch_lines(["FAILED rollout/3.pt::custom_rm[[]row-3[]]*expected 1 ± 0.01, got 0*"])
+        result.stdout.fnmatch_lines(["FAILED rollout/3.pt::custom_rm[[]row-3[]]*replay: the trainer recorded 1, the reward gives 0 now (tolerance 0.01)*"])
     else:
         result.assert_outcomes(failed=1)
-        result.stdout.fnmatch_lines(["*3.pt:3*expected 1 ± 0.01, got 0*"])
+        result.stdout.fnmatch_lines(["*3.pt:3*replay: the trainer recorded 1, the reward gives 0 now (tolerance 0.01)*"])
 
 
 def test_a_malformed_pack_is_a_usage_error_and_a_bad_sample_a_row_error(project):

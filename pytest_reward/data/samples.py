@@ -69,9 +69,18 @@ class Bound:
     tol: float = 1e-6
     min: float | None = None
     max: float | None = None
+    replay: bool = False
+    """A trainer's recorded score (``--reward-replay-tolerance``), not an expectation someone wrote."""
+
+    @property
+    def label(self) -> str:
+        """How a miss of this bound is reported: ``replay: ...`` or ``expect score: ...``."""
+        return "replay" if self.replay else "expect score"
 
     def check(self, value: float) -> str | None:
         """None when ``value`` meets the bound, else what went wrong."""
+        if self.replay and self.equals is not None and not abs(value - self.equals) <= self.tol:
+            return f"the trainer recorded {self.equals:g}, the reward gives {value:.6g} now (tolerance {self.tol:g})"
         if self.equals is not None and not abs(value - self.equals) <= self.tol:
             return f"expected {self.equals:g} ± {self.tol:g}, got {value:.6g}"
         if self.min is not None and not value >= self.min:

@@ -278,7 +278,7 @@ def judge(
         if expect is not None and expect.score is not None:
             problem = expect.score.check(score)
             if problem:
-                failures.append(f"expect score: {problem}")
+                failures.append(f"{expect.score.label}: {problem}")
     for name, mg in gates.metrics:
         value = metrics.get(name)
         if value is None:

@@ -297,7 +297,7 @@ class Invoker:
         expect = sample.expect.for_function(self.fn.name, self.fn.spec.name) if sample.expect else None
         replay = None
         if self.replay_tolerance is not None and sample.recorded is not None:
-            replay = Bound(equals=sample.recorded, tol=self.replay_tolerance)
+            replay = Bound(equals=sample.recorded, tol=self.replay_tolerance, replay=True)
             expect = Expect(score=replay, metrics=expect.metrics if expect else ())
         if result is not None and expect is None:
             judged = self.verdict(result)

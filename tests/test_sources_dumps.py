@@ -75,6 +75,15 @@ def test_a_bad_dump_row_is_a_file_line_error_and_the_good_rows_run(project):
     result.stdout.fnmatch_lines(["*3.jsonl:2*'input' and 'output' must be strings*"])
 
 
+def test_a_dump_row_without_output_names_the_dumps_own_field(project):
+    project.file("my_reward.py", VERL)
+    _dump(project.path / "3.jsonl", [ROWS[0], {"input": CHATML, "gts": "1", "score": 1.0}])
+    result = project.run("--reward-samples", "3.jsonl", "--reward-fn", "verl:my_reward.py::compute_score")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*3.jsonl:2*verl dump row: missing 'output' (the row has 'input'*"])
+    assert "missing 'messages'" not in result.stdout.str()
+
+
 def test_replay_tolerance_must_not_be_negative(project):
     project.jsonl("s.jsonl", [])
     result = project.run("--reward-samples", "s.jsonl", "--reward-replay-tolerance", "-1")

@@ -425,8 +425,14 @@ def parse_record(record: Any, path: Path, line: int) -> Sample:
     """Validate one decoded JSON value. Raises ``SampleFormatError`` naming the offending field."""
     if not isinstance(record, dict):
         raise SampleFormatError(f"each line must be a JSON object, got {type(record).__name__}")
-    if "input" in record and "output" in record and "messages" not in record and "prompt" not in record:
-        return _verl_dump_row(record, path, line)  # a verl dump row: input and output, no messages, no prompt
+    if "messages" not in record and "prompt" not in record and ("input" in record or "output" in record):
+        if "input" in record and "output" in record:
+            return _verl_dump_row(record, path, line)  # a verl dump row: input and output, no messages, no prompt
+        missing, has = ("output", "input") if "input" in record else ("input", "output")
+        raise SampleFormatError(
+            f"verl dump row: missing {missing!r} (the row has {has!r}; a dump row holds 'input', the prompt, and "
+            "'output', the response), or give 'messages' for a conversation"
+        )
     messages = record.get("messages", _MISSING)
     prompt = record.get("prompt")
     if messages is _MISSING:

@@ -89,3 +89,24 @@ def test_replay_tolerance_must_not_be_negative(project):
     result = project.run("--reward-samples", "s.jsonl", "--reward-replay-tolerance", "-1")
     assert result.ret != 0
     result.stderr.fnmatch_lines(["*--reward-replay-tolerance*must be ≥ 0*"])
+
+
+def test_a_replay_with_nothing_recorded_fails_and_says_so(project):
+    """--reward-replay-tolerance on rows that carry no recorded score compares nothing: the run fails with one line
+    saying so (in the terminal, summary.json and the last line), instead of passing green."""
+    project.file("my_reward.py", VERL)
+    _dump(project.path / "3.jsonl", [{k: v for k, v in row.items() if k != "score"} for row in ROWS])
+    args = ("--reward-samples", "3.jsonl", "--reward-fn", "verl:my_reward.py::compute_score", "--reward-report", "out")
+    result = project.run(*args, "--reward-replay-tolerance", "0.01")
+    assert result.ret == 1
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(
+        [
+            "FAIL compute_score on 3.jsonl: --reward-replay-tolerance 0.01 asked for a replay, but none of its 3 "
+            "samples carries a recorded score*nothing was compared",
+            "*3 passed, 1 replay checked nothing*",
+        ]
+    )
+    summary = json.loads((project.path / "out" / "summary.json").read_text())
+    assert summary["verdict"] == "FAIL" and len(summary["replay_failures"]) == 1
+    assert project.run(*args).ret == 0  # no replay asked: nothing to fail

@@ -72,11 +72,27 @@ class RunController:
             rollout_seconds=self.aggregator.rollout_seconds,
             record=record,
             probes=probes,
+            replay_failures=self._unreplayed(groups, functions),
         )
         if self.baseline is not None:
             result = self._compared(result)
         self.result = result
         return result
+
+    def _unreplayed(self, groups: Sequence[Any], functions: Sequence[RewardFn]) -> tuple[str, ...]:
+        """A replay was asked for (``--reward-replay-tolerance``): each reward function's group of which no sample
+        carried a recorded score checked nothing, and says so."""
+        tolerance = self.settings.replay_tolerance
+        if tolerance is None:
+            return ()
+        names = {fn.name for fn in functions}
+        return tuple(
+            f"{g.function} on {g.file}: --reward-replay-tolerance {tolerance:g} asked for a replay, but none of "
+            f"its {g.summary.n} samples carries a recorded score (a dump row's 'score', a slime pack's 'reward'): "
+            "nothing was compared"
+            for g in groups
+            if g.function in names and g.summary.n and not g.summary.n_replayed
+        )
 
     def _compared(self, result: RunResult) -> RunResult:
         from ..run.baseline import (

@@ -246,14 +246,15 @@ class RewardHooks:
         if not (controller.has_results or self.rs.collecting):
             return result  # an unrelated run: no reward work at all
         run = controller.conclude(self._meta(), self._functions())
-        failed = len(run.failed_gates) + len(run.compare_failures)
+        failed = len(run.failed_gates) + len(run.compare_failures) + len(run.replay_failures)
         if failed:
             session.testsfailed += failed
-        from .summary_line import COMPARISON, GATE, count_failures
+        from .summary_line import COMPARISON, GATE, REPLAY, count_failures
 
         gates = [f"{group.function} on {group.file}: {gate.describe()}" for group, gate in run.failed_gates]
         count_failures(session.config, GATE, gates)
         count_failures(session.config, COMPARISON, list(run.compare_failures))
+        count_failures(session.config, REPLAY, list(run.replay_failures))
         return result
 
     def _meta(self) -> dict[str, Any]:

@@ -522,8 +522,9 @@ class Settings:
         "reward_replay_tolerance",
         "float",
         None,
-        "Rollout dumps (verl's rollout/validation JSONL): fail a sample whose recomputed reward differs from the "
-        "score the trainer recorded by more than T.",
+        "Rollout dumps (verl's rollout/validation JSONL, slime packs): fail a sample whose recomputed reward "
+        "differs from the score the trainer recorded by more than T; a samples file with no recorded score fails "
+        "the run (nothing was compared).",
         metavar="T",
         check=at_least(0.0),
     )

@@ -17,6 +17,7 @@ __all__ = [
     "DEPLOY",
     "GATE",
     "REFUSED_DEPLOY",
+    "REPLAY",
     "RESULT_FILES",
     "SessionFailure",
     "count_failures",
@@ -27,12 +28,14 @@ COMPARISON = "comparison failed"
 DEPLOY = "deploy failed"
 REFUSED_DEPLOY = "deploy refused"
 RESULT_FILES = "result write failed"
+REPLAY = "replay checked nothing"
 _WORDS = {
     GATE: (GATE, "gates failed"),
     COMPARISON: (COMPARISON, "comparisons failed"),
     DEPLOY: (DEPLOY, "deploys failed"),
     REFUSED_DEPLOY: (REFUSED_DEPLOY, "deploys refused"),
     RESULT_FILES: (RESULT_FILES, "result writes failed"),
+    REPLAY: (REPLAY, "replays checked nothing"),
 }
 
 

@@ -70,6 +70,7 @@ def report_data(result: RunResult, exitstatus: int = 0) -> dict[str, Any]:
             "groups": groups,
             "comparison": comparison,
             "probes": [p.to_dict() for p in result.probes],
+            "replay_failures": list(result.replay_failures),
         }
     )
     return data

@@ -45,6 +45,7 @@ def markdown_summary(result: RunResult, exitstatus: int = 0) -> str:
         )
     failures = [f"{r.function} on {r.file}: {g.describe()}" for r in reports for g in r.failed_gates]
     failures += result.compare_failures
+    failures += result.replay_failures
     if failures:
         lines += ["", "**Failed gates**", ""]
         lines += [f"- {md_text(f)}" for f in failures]

@@ -175,7 +175,7 @@ def write_summary(tr: Any, result: RunResult, written: Written, *, dist: str = "
             _line(tr, f"ERROR {r.function} on {r.file}: an item ended without a verdict ({reason})", red=True)
     for r, g in failed:
         _line(tr, f"FAIL {r.function} on {r.file}: {g.describe()}", red=True, bold=True)
-    for line in result.compare_failures:
+    for line in (*result.compare_failures, *result.replay_failures):
         _line(tr, f"FAIL {line}", red=True, bold=True)
     for line in written.errors:
         _line(tr, f"ERROR {line}", red=True, bold=True)

@@ -357,6 +357,9 @@ class RunResult:
     probe_changes: tuple[ProbeChange, ...] = ()
     """Every probe of this run or of the stored run compared against, with its verdict on both sides (a probe
     that passed there and fails now is one of :attr:`compare_failures`)."""
+    replay_failures: tuple[str, ...] = ()
+    """One line per group that ``--reward-replay-tolerance`` asked to replay but could not: none of its samples
+    carries a recorded score, so nothing was compared."""
 
     @property
     def failed_gates(self) -> list[tuple[GroupResult, GateResult]]:
@@ -365,7 +368,9 @@ class RunResult:
     @property
     def verdict(self) -> str:
         """``FAIL`` when a sample, a gate, a comparison rule or a probe failed or an item errored; else ``PASS``."""
-        if self.compare_failures or any(g.verdict in ("FAIL", "ERROR") for g in self.groups):
+        if self.compare_failures or self.replay_failures:
+            return "FAIL"
+        if any(g.verdict in ("FAIL", "ERROR") for g in self.groups):
             return "FAIL"
         if any(p.verdict in ("FAIL", "ERROR") for p in self.probes):
             return "FAIL"

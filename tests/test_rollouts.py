@@ -391,13 +391,34 @@ def test_the_shipped_model_rolls_out_and_scores(project):
     ]
 
 
-def test_prompt_too_long_for_the_model_fails_that_sample(project):
+@pytest.mark.parametrize("granularity", ["sample", "file"])
+def test_prompt_too_long_for_the_model_fails_that_sample(project, granularity):
+    """One prompt of a chunk that does not fit the model fails alone, named by file:line; the chunk's other
+    prompts are rolled out and scored; both fixes the message suggests are accepted and work."""
     pytest.importorskip("jax")
-    project.file("rewards.py", EXACT.format(rollout=', rollout={"max_new_tokens": 8}'))
-    project.jsonl("prompts.jsonl", [{"id": "long", "prompt": "1" * 100 + "+1=", "ground_truth": "x"}])
-    result = project.run_subprocess("--reward-samples", "prompts.jsonl", "--reward-model", "tiny-adder")
+    project.file("rewards.py", EXACT.format(rollout=""))
+    long = "1" * 55 + "+1="  # 58 bytes + the start token: 59 of tiny-adder's 64 positions
+    project.jsonl("prompts.jsonl", [{"id": "long", "prompt": long, "ground_truth": "x"},
+                                    {"id": "short", "prompt": "1+1=", "ground_truth": "2"}])  # fmt: skip
+    args = ["--reward-samples", "prompts.jsonl", "--reward-model", "tiny-adder", "-k", "nonempty",
+            "--reward-granularity", granularity]  # fmt: skip
+    result = project.run_subprocess(*args, "--reward-rollout-max-new-tokens", "8")
     assert result.ret == 1
-    result.stdout.fnmatch_lines(["*rollout failed: prompt 0 has * tokens*block_size is 64*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*rollout failed: prompts.jsonl:1: the prompt has 59 tokens; with max_new_tokens=8 it needs 67 positions "
+            "but the model's block_size is 64. Shorten the prompt, or lower max_new_tokens "
+            "(@pytest.mark.reward(rollout={'max_new_tokens': N}) or --reward-rollout-max-new-tokens N)*"
+        ]
+    )
+    assert "prompts.jsonl:2" not in result.stdout.str()  # the short prompt of the same chunk was scored
+    if granularity == "sample":
+        result.assert_outcomes(passed=1, failed=1)
+    # the two fixes the message names
+    assert project.run_subprocess(*args, "--reward-rollout-max-new-tokens", "4").ret == 0
+    project.file("rewards.py", EXACT.format(rollout="").replace(
+        "@reward_function\n    def nonempty", '@pytest.mark.reward(rollout={"max_new_tokens": 4})\n    @reward_function\n    def nonempty'))  # fmt: skip
+    assert project.run_subprocess(*args, "--reward-rollout-max-new-tokens", "8").ret == 0
 
 
 def _heldout():

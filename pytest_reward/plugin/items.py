@@ -395,7 +395,7 @@ class _FileRun:
             yield from self._roll(prompts, chunk_index, rolling)
 
     def _roll(self, samples: list[Sample], index: int, rolling: Any) -> Iterator[SampleOutcome]:
-        from ..scoring.rollouts import score_responses
+        from ..scoring.rollouts import RolloutFailed, score_responses
 
         label, pool = self.pool_key, self.rs.rollouts
         try:
@@ -410,6 +410,9 @@ class _FileRun:
         finally:
             pool.consumed(label, index, rolling)
         for sample, texts in zip(samples, responses, strict=True):
+            if isinstance(texts, RolloutFailed):
+                yield self.invoker.outcome(sample, None, error=f"rollout failed: {texts}")
+                continue
             yield score_responses(self.invoker, sample, texts)
 
     def runtest(self) -> None:
@@ -711,7 +714,7 @@ class RolloutSampleItem(_OneSample, _ModelItem):
 
     def runtest(self) -> None:
         __tracebackhide__ = True
-        from ..scoring.rollouts import score_responses
+        from ..scoring.rollouts import RolloutFailed, score_responses
 
         rs = self.config.stash[session_key]
         job = self.funcargs["inference_job"]
@@ -722,7 +725,9 @@ class RolloutSampleItem(_OneSample, _ModelItem):
         before = (pool.calls, pool.seconds)
         try:
             responses = pool.responses(job, self.pool_key, sample, settings)
-        except (ValueError, RuntimeError) as exc:  # e.g. a prompt longer than the model's context
+            if isinstance(responses, RolloutFailed):  # this sample's prompt does not fit the model
+                raise responses
+        except (ValueError, RuntimeError) as exc:  # e.g. no model, or the engine refused the chunk
             outcome = self.invoker.outcome(sample, None, error=f"rollout failed: {exc}")
             self._record(outcome, rollout_delta(pool, before))
             self._fail(outcome)

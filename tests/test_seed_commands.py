@@ -61,7 +61,7 @@ def test_the_seed_steps_5_to_8_run_as_written(example):
     step6 = cli(example, "preview", "--metrics-folders", FOLDER, "--samples", "./samples.jsonl")
     assert step6.returncode == 0, step6.stdout + step6.stderr
     assert "reward preview" in step6.stdout and "3 passed" in step6.stdout
-    assert "evaluate | samples.jsonl | 3 | 0.273" in step6.stdout
+    assert "evaluate on samples.jsonl: n=3 mean 0.273" in step6.stdout  # the summary at 80 columns
 
     step7 = cli(
         example,

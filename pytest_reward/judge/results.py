@@ -64,6 +64,8 @@ class SampleOutcome:
     extra: dict[str, Any] = field(default_factory=dict)
     response_hash: str | None = None
     """Short hash of the sample's answer (``Sample.response_hash``): stored runs count the changed responses."""
+    ground_truth: str | None = None
+    """The sample's ground truth as reports show it (``chat.truth_excerpt``), beside the response."""
     sample: Any = field(default=None, repr=False, compare=False)
     """The sample itself, only while a file-granularity item decides whether to keep this outcome."""
 
@@ -95,6 +97,7 @@ class SampleOutcome:
         if text:
             row["user"] = self.user
             row["response"] = self.response
+            row["ground_truth"] = self.ground_truth
         if "runs" in self.extra:
             row["runs"] = self.extra["runs"]
             row["spread"] = self.extra.get("spread")

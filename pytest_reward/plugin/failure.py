@@ -76,6 +76,8 @@ def describe_outcome(outcome: SampleOutcome, fn: RewardFn, verbosity: int) -> li
         f"  user       {_truncate(outcome.user, width)}",
         f"  assistant  {_truncate(outcome.response, width)}",
     ]
+    if outcome.ground_truth is not None:
+        lines.append(f"  truth      {_truncate(outcome.ground_truth, width)}")
     if outcome.score is not None:
         gate = f"  (threshold {fn.gates.threshold:g})" if fn.gates.threshold is not None else ""
         lines.append(f"  score      {outcome.score:.4g}{gate}")

@@ -622,6 +622,7 @@ def _sample_row(row: dict[str, Any], tags: list[str]) -> str:
         f'<td>{_badge(verdict)}</td><td class="num">{_esc(_fmt(score))}{_runs(row)}</td>'
         f"<td>{_metrics_cell(row.get('metrics'))}</td>"
         f"<td>{_text_block(row.get('user'))}</td><td>{_text_block(row.get('response'))}</td>"
+        f"<td>{_text_block(row.get('ground_truth'))}</td>"
         f"<td>{''.join(notes) or _DASH}</td></tr>"
     )
 
@@ -644,7 +645,7 @@ def _samples(samples: Any) -> tuple[str, int]:
     if not merged:
         return '<h3>Samples</h3><p class="muted">no samples recorded</p>', 0
     rows = [_sample_row(row, tags) for row, tags in merged.values()]
-    head = ["sample", "verdict", ">score", "metrics", "user", "response", "reason · failures · error"]
+    head = ["sample", "verdict", ">score", "metrics", "user", "response", "ground truth", "reason · failures · error"]
     return "<h3>Samples (failing, worst, flaky, preview)</h3>" + _table(head, rows, "rows"), len(rows)
 
 

@@ -328,6 +328,9 @@ def render_preview(reports: Sequence[GroupResult], n: int, seed: int, *, markup:
         table.add_column("sample", no_wrap=True)
         table.add_column("user", overflow="fold", ratio=3)
         table.add_column("response", overflow="fold", ratio=3)
+        truths = any(o.ground_truth is not None for o in shown)
+        if truths:
+            table.add_column("ground truth", overflow="fold", ratio=2)
         table.add_column("score", justify="right", no_wrap=True)
         table.add_column("metrics", overflow="fold", ratio=2)
         table.add_column("reason", overflow="fold", ratio=2)
@@ -344,6 +347,7 @@ def render_preview(reports: Sequence[GroupResult], n: int, seed: int, *, markup:
                 Text(f"{visible(o.sample_id)}\n{visible(o.file)}:{o.line}"),
                 Text(_clip(o.user, 300)),
                 Text(_clip(o.response, 300)),
+                *([Text(_clip(o.ground_truth, 200))] if truths else []),
                 "err" if o.score is None else f"{o.score:.3f}",
                 Text(metrics),
                 Text(_clip(reason, 200)),
@@ -366,7 +370,10 @@ def _preview_blocks(console: Any, title: str, shown: Sequence[Any], width: int) 
         _print_wrapped(console, head, width, head=(len(visible(o.verdict)), style))
         reason = o.reason if o.error is None else o.error
         problems = o.failures or o.below
-        fields = [("user", o.user), ("response", o.response), ("reason", reason)]
+        fields = [("user", o.user), ("response", o.response)]
+        if o.ground_truth is not None:
+            fields.append(("truth", o.ground_truth))
+        fields.append(("reason", reason))
         if problems and problems[0] != reason:
             fields.append(("verdict", problems[0]))
         if o.metrics:

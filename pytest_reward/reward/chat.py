@@ -22,6 +22,7 @@ __all__ = [
     "prompt_of",
     "render_chatml",
     "response_from_query",
+    "truth_excerpt",
     "with_response",
 ]
 
@@ -58,6 +59,17 @@ def message_text(message: dict[str, Any] | None, limit: int = EXCERPT) -> str | 
     if isinstance(content, list):
         content = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
     return content if len(content) <= limit else content[:limit] + "…"
+
+
+def truth_excerpt(ground_truth: Any, limit: int = EXCERPT) -> str | None:
+    """A ground truth as reports show it: a string as it is, anything else as compact JSON; cut to ``limit``
+    characters. None when there is none."""
+    if ground_truth is None:
+        return None
+    text = ground_truth if isinstance(ground_truth, str) else json.dumps(
+        ground_truth, ensure_ascii=False, default=str, separators=(", ", ": ")
+    )
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def conversation_excerpt(

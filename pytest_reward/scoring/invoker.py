@@ -30,7 +30,7 @@ from ..reward.call import (
     each_within,
     run_coroutine,
 )
-from ..reward.chat import conversation_excerpt
+from ..reward.chat import conversation_excerpt, truth_excerpt
 from ..reward.models import EvaluateResult
 
 if TYPE_CHECKING:
@@ -48,6 +48,11 @@ __all__ = [
     "merge_runs",
     "spread",
 ]
+
+
+def _truth(sample: Sample) -> str | None:
+    """The sample's ground truth as reports show it, or None when it has none."""
+    return truth_excerpt(sample.ground_truth) if sample.has_ground_truth else None
 
 
 def merge_runs(results: Sequence[EvaluateResult], what: str = "runs") -> EvaluateResult:
@@ -280,6 +285,7 @@ class Invoker:
         sample = Invoker.fill_key(outcome).sample
         if sample is not None:
             outcome.user, outcome.response = conversation_excerpt(sample.messages, sample.prompt)
+            outcome.ground_truth = _truth(sample)
             outcome.sample = None
         return outcome
 
@@ -367,6 +373,7 @@ class Invoker:
             duration=duration,
             user=user,
             response=response,
+            ground_truth=_truth(sample),
             extra={} if extra is None else extra,
         )
 

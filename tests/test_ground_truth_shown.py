@@ -59,3 +59,37 @@ def test_no_ground_truth_shows_none(project):
     assert "truth      " not in result.stdout.str()
     summary = json.loads((project.path / "out" / "summary.json").read_text())
     assert summary["groups"][0]["samples"]["failing"][0]["ground_truth"] is None
+
+
+@pytest.mark.parametrize("granularity", ["sample", "file"])
+@pytest.mark.parametrize("field", ["groundtruth", "ground-truth", "GroundTruth", "gt"])
+def test_a_misspelt_ground_truth_field_is_one_warning_per_file(project, granularity, field):
+    project.file("rewards.py", EXACT)
+    project.jsonl("s.jsonl", [{"messages": msgs(f"{i}+{i}?", str(2 * i)), field: str(2 * i)} for i in range(3)])
+    result = project.run("--reward-samples", "s.jsonl", "--reward-granularity", granularity)
+    text = result.stdout.str()
+    assert text.count(f"its samples carry {field!r} but no 'ground_truth'") == 1, text
+    result.stdout.fnmatch_lines(
+        [f"*RewardSampleWarning: s.jsonl: its samples carry {field!r} but no 'ground_truth', so exact receives "
+         f"ground_truth=None; rename the field to 'ground_truth', or map it: "
+         f"@pytest.mark.reward(sample_fields={{'ground_truth': {field!r}}})*"]
+    )  # fmt: skip
+    # the suggestion is accepted, and fixes it: every sample now meets its ground truth
+    project.file(
+        "rewards.py",
+        EXACT.replace(
+            "    @reward_function\n",
+            f"    import pytest\n\n    @pytest.mark.reward(threshold=1, sample_fields={{'ground_truth': {field!r}}})\n"
+            "    @reward_function\n",
+        ),
+    )
+    fixed = project.run("--reward-samples", "s.jsonl", "--reward-granularity", granularity)
+    assert fixed.ret == 0, fixed.stdout.str()
+    assert "RewardSampleWarning" not in fixed.stdout.str()
+
+
+def test_a_function_without_ground_truth_gets_no_warning(project):
+    project.file("rewards.py", EXACT.replace("ground_truth=None, **kwargs", "**kwargs").replace(
+        "str(ground_truth)", "'x'"))  # fmt: skip
+    project.jsonl("s.jsonl", [{"messages": msgs("q", "a"), "gt": "x"}])
+    assert "RewardSampleWarning" not in project.run("--reward-samples", "s.jsonl").stdout.str()

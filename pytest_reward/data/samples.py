@@ -26,7 +26,7 @@ import json
 import math
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,7 @@ __all__ = [
     "MAX_DEPTH",
     "NO_GROUND_TRUTH",
     "Expect",
+    "RewardSampleWarning",
     "Sample",
     "SampleError",
     "count_lines",
@@ -47,6 +48,7 @@ __all__ = [
     "not_a_regular_file",
     "parse_expect",
     "parse_record",
+    "truth_lookalike",
 ]
 
 DEFAULT_MAX_LINE_BYTES = 8 * 1024 * 1024
@@ -59,6 +61,29 @@ _MISSING: Any = object()
 #: ``Sample.ground_truth`` of a sample that has none (``Sample.has_ground_truth`` is False).
 NO_GROUND_TRUTH: Any = _MISSING
 _RESERVED = frozenset(("messages", "prompt", "id", "ground_truth", "ground_truth_for_eval", "expect"))
+
+
+class RewardSampleWarning(UserWarning):
+    """A samples file that is readable but probably not what its author meant (a misspelt field)."""
+
+
+_TRUTH_LOOKALIKES = frozenset(("groundtruth", "gt"))
+
+
+def truth_lookalike(sample: Sample, function: str, parameters: Sequence[str]) -> str | None:
+    """The warning for a sample without a ground truth that carries a field looking like a misspelt
+    ``ground_truth`` (``groundtruth``, ``ground-truth``, ``GroundTruth``, ``gt``), when ``function`` takes
+    ``ground_truth`` (and so receives None); None otherwise."""
+    if sample.has_ground_truth or "ground_truth" not in parameters:
+        return None
+    for key in sample.kwargs:
+        if key.lower().replace("-", "").replace("_", "") in _TRUTH_LOOKALIKES:
+            return (
+                f"{sample.path.name}: its samples carry {key!r} but no 'ground_truth', so {function} receives "
+                f"ground_truth=None; rename the field to 'ground_truth', or map it: "
+                f"@pytest.mark.reward(sample_fields={{'ground_truth': {key!r}}})"
+            )
+    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ from .items import (
     SampleItem,
     may_use_model,
     uses_model,
+    warn_truth_lookalike,
 )
 from .probe_items import ProbeItem, ProbeTarget, session_probes
 from .pytest_private import fixture_info
@@ -251,6 +252,7 @@ class SamplesFile(pytest.File):
         )
         fixtureinfo = None
         for fn in functions:
+            warn_truth_lookalike(samples[0] if samples else None, fn, self.path)
             invoker = Invoker.of(fn, label, settings)
             ledger = ledgers.get(fn.name)
             batch = (
@@ -442,3 +444,4 @@ def load_evaluation_spec(
     if missing:
         raise DiscoveryError(f"{where}: {attr!r} is abstract (it does not implement {missing})")
     return module, obj
+

@@ -6,6 +6,7 @@ Each item's ``runtest`` scores, records the outcome as report data (:mod:`pytest
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..data.samples import Sample, SampleError
+from ..data.samples import RewardSampleWarning, Sample, SampleError, truth_lookalike
 from ..data.sources import read_samples
 from ..errors import EvaluationError, InvalidResult, RewardTimeout
 from ..judge.results import FAIL, PASS, TEXT_KEPT, GroupAccumulator, SampleOutcome, bound_texts, row_json
@@ -353,12 +354,18 @@ class _FileRun:
         own = self._recording
         # Keys (numbered duplicates, response hashes) only when the run stores per-sample data: they cost a hash.
         keys = settings.needs_record or settings.needs_rows
-        records = read_samples(
-            self.path,
-            max_line_bytes=settings.max_line_bytes,
-            keys=keys,
-            fields=settings.fields_for(self.fn.marker),
+        records = iter(
+            read_samples(
+                self.path,
+                max_line_bytes=settings.max_line_bytes,
+                keys=keys,
+                fields=settings.fields_for(self.fn.marker),
+            )
         )
+        first = next(records, None)
+        if first is not None:
+            warn_truth_lookalike(first, self.fn, self.path)
+            records = itertools.chain((first,), records)
         for record in records:
             if record.__class__ is Sample and record.id is None:
                 messages = record.messages
@@ -852,3 +859,13 @@ def _excerpt(value: Any, limit: int = 500) -> str | None:
         except (TypeError, ValueError):
             value = repr(value)
     return value if len(value) <= limit else value[:limit] + "…"
+
+
+def warn_truth_lookalike(sample: Any, fn: RewardFn, path: Path) -> None:
+    """One warning per file and function when the samples carry a misspelt ``ground_truth`` (seen on the file's
+    first sample) and the function takes ``ground_truth``: it would score every sample against None."""
+    if not isinstance(sample, Sample):
+        return
+    message = truth_lookalike(sample, fn.name, fn.spec.parameters)
+    if message is not None:
+        warnings.warn_explicit(RewardSampleWarning(message), RewardSampleWarning, str(path), sample.line)

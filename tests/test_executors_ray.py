@@ -192,6 +192,40 @@ def test_a_local_ray_writes_the_files_of_an_in_process_run_and_listens_on_loopba
     assert not _processes_naming(str(ray_tmp)) - {os.getpid()}
 
 
+@pytest.mark.parametrize("imported_first", [False, True], ids=["fresh", "ray-imported-by-a-conftest"])
+def test_a_local_ray_listens_on_loopback_only_in_a_users_environment(project, ray_tmp, imported_first):
+    """Without the test environment's RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 (a user's shell has none), and also when a
+    conftest imported ray before the run started it: every listener of the embedded Ray is on 127.0.0.1."""
+    make_project(project)
+    project.file("conftest.py", ("import ray  # noqa: F401\n" if imported_first else "") + LISTENERS)
+    env = {k: v for k, v in _ray_env(ray_tmp).items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
+    result = _run(project, env, *run_args("out-ray", "ray"), "--reward-executor", "ray", "--reward-workers", "1")
+    assert result.returncode == 1, result.stdout + result.stderr
+    listeners = json.loads((project.path / "listeners.json").read_text())
+    assert len(listeners) >= 3, listeners
+    assert [entry for entry in listeners if not _loopback(entry[1])] == [], listeners
+    assert not _processes_naming(str(ray_tmp)) - {os.getpid()}
+
+
+def test_a_local_ray_leaves_no_session_logs_and_removes_a_killed_runs(project, ray_tmp):
+    """Without RAY_TMPDIR, the embedded Ray keeps its sessions in a directory of the run's own, removed when the
+    run closes it; one left by a killed run (its pid gone) is removed by the next run, a live run's is kept."""
+    make_project(project)
+    env = {k: v for k, v in _ray_env(ray_tmp).items() if k != "RAY_TMPDIR"}
+    env["TMPDIR"] = str(ray_tmp)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = ray_tmp / f"prr-{dead.pid}-left"
+    (stale / "session_latest" / "logs").mkdir(parents=True)
+    live = ray_tmp / f"prr-{os.getpid()}-held"
+    live.mkdir()
+    result = _run(project, env, *run_args("out-ray", "ray"), "--reward-executor", "ray", "--reward-workers", "1")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "10 failed" in result.stdout, result.stdout
+    assert not stale.exists()
+    assert sorted(p.name for p in ray_tmp.glob("prr-*")) == [live.name]  # the run's own is gone too
+
+
 CLUSTER = """
 import json, sys
 from ray.cluster_utils import Cluster

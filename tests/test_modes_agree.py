@@ -86,7 +86,7 @@ def write_project(project) -> None:
 # --- running a mode and reading what it left ----------------------------------------------------------------------
 
 SUBPROCESS = "subprocess"  # run in a new process (pytest-xdist)
-RAY = "ray"  # run in a new process with a Ray of the test's own
+RAY = "<ray>"  # run in a new process with a Ray of the test's own (not "ray": that is an option value)
 NO_PROBES = "no-probes"  # the project without its probes
 
 MODES = [

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -56,13 +57,40 @@ def _ray() -> Any:
     return ray
 
 
-def start_local(num_cpus: int | None) -> str:
-    """Start a local Ray for this process (loopback only, no dashboard) and return its address."""
-    ray = _ray()
-    # Ray picks the node's address by looking up a route to a public address, and binds some services to it;
-    # with these set before it starts, every listener stays on 127.0.0.1 (a local run must not listen on the net).
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+#: Where a local Ray of this run keeps its sessions' sockets and logs: ``<prefix><pid>-*`` in the temp directory,
+#: removed when the run closes its Ray and, when the run was killed, by the next run (its pid is gone). Short: Ray's
+#: socket paths inside it must stay under 108 bytes.
+RAY_DIR_PREFIX = "prr-"
+
+
+def _ray_temp_dir() -> str | None:
+    """A directory of this run's own for a local Ray (None: the user chose one with ``RAY_TMPDIR``)."""
+    if os.environ.get("RAY_TMPDIR"):
+        return None
+    import tempfile
+
+    from ...atomic import remove_dead_owners
+
+    base = tempfile.gettempdir()
+    if len(base) > 40:  # Ray's socket paths would not fit: a short base of the same kind
+        base = "/tmp"
+    remove_dead_owners(Path(base), RAY_DIR_PREFIX)
+    return tempfile.mkdtemp(prefix=f"{RAY_DIR_PREFIX}{os.getpid()}-", dir=base)
+
+
+def start_local(num_cpus: int | None, temp_dir: str | None = None) -> str:
+    """Start a local Ray for this process (loopback only, no dashboard) and return its address; its sessions
+    live in ``temp_dir`` when given."""
+    # Ray takes the node's address from a route to a public address, and binds its servers to every interface,
+    # unless it is told at import that this node is no cluster member (ray_constants.ENABLE_RAY_CLUSTER, read from
+    # this variable when ray is first imported): then every listener stays on 127.0.0.1. A local run must not
+    # listen on the network (an open Ray runs code for anyone who reaches it), so this is forced, not defaulted.
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray = _ray()
+    constants = sys.modules.get("ray._private.ray_constants")
+    if constants is not None and getattr(constants, "ENABLE_RAY_CLUSTER", False):
+        constants.ENABLE_RAY_CLUSTER = False  # ray was imported before (a conftest): it read the variable then
     ray.init(
         address="local",
         num_cpus=num_cpus,
@@ -71,6 +99,7 @@ def start_local(num_cpus: int | None) -> str:
         log_to_driver=False,
         logging_level=logging.WARNING,
         configure_logging=False,
+        **({"_temp_dir": temp_dir} if temp_dir else {}),
     )
     return str(ray.get_runtime_context().gcs_address)
 
@@ -98,6 +127,7 @@ class RayExecutor(RemoteExecutor):
         self._refs: dict[Any, int] = {}
         self._slots = 1
         self.cluster_address: str | None = None
+        self._temp_dir: str | None = None
 
     def start(self) -> None:
         if self._ray is not None:
@@ -106,7 +136,8 @@ class RayExecutor(RemoteExecutor):
         if ray.is_initialized():
             pass  # a conftest (or the test) started Ray: use it, and leave it running
         elif self.address is None:
-            start_local(self.workers)
+            self._temp_dir = _ray_temp_dir()
+            start_local(self.workers, self._temp_dir)
             self._owned = True
         else:
             runtime_env = None
@@ -179,3 +210,8 @@ class RayExecutor(RemoteExecutor):
             self._ray.shutdown()
         self._ray = None
         self._refs.clear()
+        if self._temp_dir is not None:  # the local Ray's session logs and sockets: this run's, gone with it
+            import shutil
+
+            shutil.rmtree(self._temp_dir, ignore_errors=True)
+            self._temp_dir = None

@@ -40,6 +40,13 @@ def exact(messages, ground_truth=None, **kwargs):
 
 def _invoker(light: bool) -> Invoker:
     spec = get_spec(exact)
+    gates = Gates(threshold=0.5)
+    try:  # the marker's settings apart from its gates (judge.gates.Marker), or a tree from before that split
+        from pytest_reward.judge.gates import Marker
+
+        settings = {"marker": Marker(gates=gates)}
+    except ImportError:
+        settings = {"gates": gates}
     fn = RewardFn(
         obj=exact,
         spec=spec,
@@ -48,7 +55,7 @@ def _invoker(light: bool) -> Invoker:
         module=__name__,
         path=Path("r.py"),
         lineno=1,
-        gates=Gates(threshold=0.5),
+        **settings,
     )
     invoker = Invoker(fn, "s.jsonl")
     invoker.light = light  # an attribute before and after the change (a constructor argument after it)

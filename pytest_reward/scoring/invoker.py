@@ -30,7 +30,7 @@ from ..reward.call import (
     each_within,
     run_coroutine,
 )
-from ..reward.chat import conversation_excerpt, truth_excerpt
+from ..reward.chat import EXCERPT, conversation_excerpt, truth_excerpt
 from ..reward.models import EvaluateResult
 
 if TYPE_CHECKING:
@@ -51,8 +51,12 @@ __all__ = [
 
 
 def _truth(sample: Sample) -> str | None:
-    """The sample's ground truth as reports show it, or None when it has none."""
-    return truth_excerpt(sample.ground_truth) if sample.has_ground_truth else None
+    """The sample's ground truth as reports show it, or None when it has none (a short string, the usual one,
+    as it is: this runs for every outcome of a sample item)."""
+    truth = sample.ground_truth
+    if truth.__class__ is str and len(truth) <= EXCERPT:
+        return truth
+    return truth_excerpt(truth) if sample.has_ground_truth else None
 
 
 def merge_runs(results: Sequence[EvaluateResult], what: str = "runs") -> EvaluateResult:

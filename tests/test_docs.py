@@ -1,15 +1,15 @@
-"""The README stays true: its option table is the plugin's own option list, and every option is registered."""
+"""The docs stay true: the reference pages' tables are the plugin's own option list and gate table, every option is
+registered, and the README leads with the two commands."""
 
 from __future__ import annotations
 
 import re
 
+from pytest_reward.judge import gates
 from pytest_reward.judge.gates import GATE_KINDS, SETTINGS_HELP, marker_doc
 from pytest_reward.plugin.options import OPTIONS, markdown_table
 
 from .conftest import REPO
-
-START, END = "<!-- options-table:start -->", "<!-- options-table:end -->"
 
 
 def readme() -> str:
@@ -24,13 +24,28 @@ def test_readme_leads_with_the_two_commands():
     assert text.index("make demo") < text.index("## ")
 
 
-def test_readme_option_table_matches_the_plugin():
-    text = readme()
-    table = text[text.index(START) + len(START) : text.index(END)].strip()
-    expected = markdown_table()
-    assert table == expected, (
-        "README option table is stale; regenerate it with: python -m pytest_reward.plugin.options"
+def _generated(page: str, name: str) -> str:
+    text = (REPO / "docs" / "reference" / page).read_text(encoding="utf-8")
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    return text[text.index(start) + len(start) : text.index(end)].strip()
+
+
+def test_options_page_table_matches_the_plugin():
+    assert _generated("options.md", "options-table") == markdown_table(), (
+        "docs/reference/options.md's table is stale; regenerate it with: python -m pytest_reward.plugin.options"
     )
+
+
+def test_marker_page_table_matches_the_gate_table():
+    assert _generated("marker.md", "marker-table") == gates.markdown_table(), (
+        "docs/reference/marker.md's table is stale; regenerate it with: python -m pytest_reward.judge.gates"
+    )
+
+
+def test_marker_page_lists_every_key():
+    table = _generated("marker.md", "marker-table")
+    keys = [row.split("|")[1].strip().strip("`").partition("=")[0] for row in table.splitlines()[2:]]
+    assert keys == [*(kind.key for kind in GATE_KINDS), "confidence", "metrics", *(k for k, _ in SETTINGS_HELP)]
 
 
 def test_every_declared_option_is_registered(pytester):

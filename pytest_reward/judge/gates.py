@@ -54,6 +54,7 @@ __all__ = [
     "Marker",
     "MetricGates",
     "gate_kind",
+    "markdown_table",
     "marker_doc",
     "parse_quantile_text",
     "validate_marker",
@@ -227,6 +228,30 @@ def marker_doc() -> str:
         f"bound of a two-sided interval at this level, not on the estimate ({intervals}); metrics={{name: {{...}}}}: "
         f"{per_metric} per named metric; {settings}."
     )
+
+
+def markdown_table() -> str:
+    """The marker reference's table of keys (``docs/reference/marker.md``), generated from :data:`GATE_KINDS` and
+    :data:`SETTINGS_HELP`; ``tests/test_docs.py`` keeps the page equal to it."""
+    rows = [
+        "| key | value | judged | per metric | with `confidence` | what it does |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    values = {"number": "a number", "rate": "a rate in [0, 1]", "levels": "`{q: bound}`, q in (0, 1)"}
+    for kind in GATE_KINDS:
+        judged = "per sample" if not kind.aggregate else f"per function × file ({kind.direction})"
+        interval = INTERVAL_METHODS[kind.interval][1] if kind.interval else "the estimate"
+        per_metric = "yes" if kind.per_metric else "no"
+        rows.append(f"| `{kind.usage()}` | {values[kind.value]} | {judged} | {per_metric} | {interval} | {kind.help} |")
+    rows.append(
+        "| `confidence` | a level in (0, 1) | | | | judge the gates above on the bound of a two-sided interval at "
+        "this level, not on the estimate |"
+    )
+    per_metric = ", ".join(f"`{kind.key}`" for kind in _kinds(per_metric=True))
+    rows.append(f"| `metrics` | `{{name: {{...}}}}` | | | | the gates {per_metric} per named metric |")
+    for key, text in SETTINGS_HELP:
+        rows.append(f"| `{key}` | | | | | {text} |")
+    return "\n".join(rows)
 
 
 # --- gates ---------------------------------------------------------------------------------------------------
@@ -604,3 +629,7 @@ def parse_quantile_text(text: str, where: str) -> dict[float, float]:
     if not out:
         raise _fail(where, "expected at least one Q:BOUND pair")
     return out
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(markdown_table())

@@ -3,8 +3,8 @@
 Each field of :class:`Settings` is declared with :func:`option` (one flag and/or ini key), or with :func:`parts`
 (several options that make one value: the default gates, the rollout settings). ``OPTIONS``, the flat list of
 those declarations in field order, is what ``register`` adds to pytest's parser, what ``resolve`` reads (command
-line over ini over the declared default, checked, errors naming their source) and what the README's option table
-is generated from (a test keeps them in sync).
+line over ini over the declared default, checked, errors naming their source) and what the options table
+of docs/reference/options.md is generated from (a test keeps them in sync).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class Option:
     ini: str | None
     kind: str  # "float", "int", "str", "path", "paths", "args", "lines" (ini: one per line), "choice", "bool"
     default: Any
-    """As pytest and the README show it; the ``Settings`` field's default is this, in the field's type."""
+    """As pytest and the option reference show it; the ``Settings`` field's default is this, in the field's type."""
     help: str
     metavar: str | None = None
     choices: tuple[str, ...] = ()
@@ -320,7 +320,7 @@ def _declared_by_options(cls: type) -> type:
 @_declared_by_options
 class Settings:
     """The plugin's settings for one session, resolved once. Every field is declared by its option(s); the order
-    of the fields is the order of the README's option table."""
+    of the fields is the order of the option reference's table."""
 
     samples: tuple[Path, ...] = option(
         "--reward-samples",
@@ -969,11 +969,11 @@ def _path_like(value: str, base: Path, *, files_ok: bool) -> str | None:
     return None
 
 
-# -- the README's option table ---------------------------------------------------------------------------------
+# -- the option reference's table (docs/reference/options.md) ------------------------------------------------
 
 
 def markdown_table() -> str:
-    """The README's option reference, generated from ``OPTIONS``."""
+    """The option reference of ``docs/reference/options.md``, generated from ``OPTIONS``."""
     rows = ["| option | ini key | default | what it does |", "| --- | --- | --- | --- |"]
     for opt in OPTIONS:
         flag = (

@@ -9,7 +9,7 @@ PIP    := $(PY) -m pip install --quiet --disable-pip-version-check
 DEMO_STAMP := $(VENV)/.installed-demo
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: demo test test-clients test-ray lint bench clean venv
+.PHONY: demo test test-clients test-ray lint bench clean venv docs docs-build screenshots
 
 venv: $(TEST_STAMP)
 
@@ -53,6 +53,19 @@ test-ray: $(TEST_STAMP) $(RAY_STAMP)
 lint: $(TEST_STAMP)
 	$(PY) -m ruff check pytest_reward tests bench examples
 	$(VENV)/bin/lint-imports
+
+# The documentation site (mkdocs-material, the dev extra): served on 127.0.0.1:8000 with live reload, or built
+# --strict into build/site (tests/test_docs_site.py builds it in `make test` too; every page's examples run in
+# tests/test_docs_examples.py).
+docs: $(TEST_STAMP)
+	$(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:8000
+
+docs-build: $(TEST_STAMP)
+	$(VENV)/bin/mkdocs build --strict --site-dir build/site
+
+# The docs' pictures (docs/images/*.png), taken by the headless-browser tests of the HTML report (needs chromium).
+screenshots: $(TEST_STAMP)
+	PYTEST_REWARD_SCREENSHOTS=docs/images $(PY) -m pytest -p no:cacheprovider tests/test_report_html.py -k chromium
 
 bench: $(TEST_STAMP)
 	$(PY) bench/run_all.py

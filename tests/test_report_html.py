@@ -18,6 +18,7 @@ import signal
 import socket
 import struct
 import subprocess
+import sys
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -34,6 +35,8 @@ from pytest_reward.report.html import render_html
 pytestmark = pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")
 
 DATA = Path(__file__).parent / "data" / "report_summary.json"
+# `make screenshots` sets this to docs/images: the browser tests then keep their screenshots there for the docs.
+SCREENSHOTS = os.environ.get("PYTEST_REWARD_SCREENSHOTS")
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
 
 
@@ -554,14 +557,14 @@ class Tab:
     def requested_urls(self) -> list[str]:
         return [e["request"]["url"] for e in self._mine("Network.requestWillBeSent")]
 
-    def screenshot(self, path: Path) -> Path:
+    def screenshot(self, path: Path, width: int = 1400) -> Path:
         height = min(int(self.js("document.documentElement.scrollHeight")), 4000)
         shot = self.call(
             "Page.captureScreenshot",
             {
                 "format": "png",
                 "captureBeyondViewport": True,
-                "clip": {"x": 0, "y": 0, "width": 1400, "height": height, "scale": 1},
+                "clip": {"x": 0, "y": 0, "width": width, "height": height, "scale": 1},
             },
         )
         path.write_bytes(base64.b64decode(shot["data"]))
@@ -676,6 +679,7 @@ def test_report_in_headless_chromium(
     record_property("screenshot", str(shot))
     print(f"screenshot of the report: {shot}")
     assert shot.stat().st_size > 10_000
+    _keep(shot)
 
     # histogram bars as rendered: counts in the DOM, and drawn heights proportional to them
     bars = tab.js(
@@ -751,3 +755,85 @@ def test_console_errors_are_caught(browser: CDP, tmp_path: Path) -> None:
     tab.open(page.as_uri())
     problems = tab.problems()
     assert any("boom" in p for p in problems) and any(p.startswith("exception") for p in problems)
+
+
+def _keep(shot: Path) -> None:
+    """Copy a screenshot into the docs' images when ``make screenshots`` asked for them."""
+    if SCREENSHOTS:
+        target = Path(SCREENSHOTS)
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shot, target / shot.name)
+
+
+TERMINAL_PROJECT = {
+    "rewards.py": """
+import pytest
+
+from pytest_reward import EvaluateResult, MetricResult, reward_function
+
+
+@pytest.mark.reward(threshold=0.5, mean=0.6)
+@reward_function
+def answer_correct(messages, ground_truth=None, **kwargs):
+    response = messages[-1]["content"].strip()
+    exact = response.splitlines()[-1].strip() == str(ground_truth)
+    found = str(ground_truth) in response
+    score = 1.0 if exact else 0.5 if found else 0.0
+    return EvaluateResult(
+        score=score,
+        reason="answer on the last line" if exact else "answer found" if found else "answer missing",
+        metrics={"found": MetricResult(score=float(found), reason=f"{ground_truth!r} in the response: {found}")},
+    )
+""",
+    "samples.jsonl": "".join(
+        json.dumps({"id": i, "messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a}],
+                    "ground_truth": t}) + "\n"
+        for i, q, a, t in [
+            ("add", "What is 2 + 3?", "2 + 3 =\n5", "5"),
+            ("mul", "What is 6 * 7?", "It is 42, I think.\nDone.", "42"),
+            ("sub", "What is 9 - 4?", "The answer is 6.", "5"),
+        ]
+    ),
+}  # fmt: skip
+
+
+def test_terminal_summary_in_headless_chromium(browser: CDP, tmp_path: Path) -> None:
+    """The coloured terminal output of a failing run (getting-started's example), drawn as a terminal draws it."""
+    from rich.console import Console
+    from rich.terminal_theme import MONOKAI
+    from rich.text import Text
+
+    project = tmp_path / "project"
+    project.mkdir()
+    for name, text in TERMINAL_PROJECT.items():
+        (project / name).write_text(text.lstrip(), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "NO_COLOR", "GITHUB_"))}
+    env |= {"COLUMNS": "100", "FORCE_COLOR": "1", "PYTHONPATH": str(Path(__file__).parents[1])}
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--color=yes", "--reward-samples",
+         "samples.jsonl"],
+        cwd=project, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "\x1b[" in run.stdout  # coloured
+    console = Console(record=True, width=100, file=open(os.devnull, "w"), force_terminal=True)  # noqa: SIM115
+    console.print(Text.from_ansi(run.stdout[run.stdout.index("collected") :]))
+    console.file.close()
+    page = tmp_path / "terminal.html"
+    page.write_text(console.export_html(theme=MONOKAI, inline_styles=True), encoding="utf-8")
+    tab = Tab(browser)
+    tab.open(page.as_uri())
+    text = tab.js("document.body.innerText")
+    table = next(line for line in text.splitlines() if line.startswith("answer_correct") and "samples.jsonl" in line)
+    assert table.split()[2:5] == ["3", "0.500", "0.000"], table
+    assert "FAIL answer_correct on samples.jsonl: mean 0.5 < 0.6" in text
+    colours = "new Set([...document.querySelectorAll('span')].map(s => getComputedStyle(s).color)).size"
+    assert tab.js(colours) >= 3  # green passes, red failures, the plain text
+    assert tab.problems() == []
+    assert [u for u in tab.requested_urls() if not u.startswith(("file://", "data:"))] == []
+    tab.call(
+        "Emulation.setDeviceMetricsOverride", {"width": 1000, "height": 200, "deviceScaleFactor": 1, "mobile": False}
+    )
+    shot = tab.screenshot(tmp_path / "terminal.png", width=1000)
+    assert shot.stat().st_size > 10_000
+    _keep(shot)

@@ -111,9 +111,9 @@ def test_a_bare_option_in_addopts_does_not_swallow_the_command_line(samples_proj
     )
 
 
-def test_the_readme_says_why_values_are_optional_and_how_to_give_one():
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    options = readme[readme.index("## Options and ini reference") :]
+def test_the_options_reference_says_why_values_are_optional_and_how_to_give_one():
+    page = (REPO / "docs" / "reference" / "options.md").read_text(encoding="utf-8")
+    options = page[page.index("## Options with an optional value") :]
     assert "`--reward-save[=NAME]`" in options and "use `--reward-save=NAME`" in options
 
 
@@ -181,14 +181,12 @@ def test_untyped_messages_arrive_as_dicts_and_typed_ones_as_messages(project):
     assert reasons == {"untyped": "dict a", "typed": "Message a"}
 
 
-def test_the_quickstart_says_so_where_the_function_body_is_shown():
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    quickstart = readme[readme.index("## Five-minute quickstart") : readme.index("## Samples files")]
-    first_code = quickstart[
-        quickstart.index("```python") : quickstart.index("```", quickstart.index("```python") + 3)
-    ]
-    assert "def evaluate(" in first_code
-    assert 'unannotated `messages` arrive as plain dicts (`m["content"]`)' in first_code
+def test_the_docs_say_how_messages_arrive_where_the_decorator_is_shown():
+    page = (REPO / "docs" / "writing-rewards.md").read_text(encoding="utf-8")
+    section = page[page.index("## The decorator and its models") : page.index("## Samples files")]
+    assert "def word_overlap(messages" in section
+    assert "`messages` annotated `List[Message]` arrive as\n  `Message` objects" in section
+    assert 'unannotated, as the dicts of the samples file (`m["content"]`)' in section
 
 
 # --- the legacy (score, metrics) tuple -------------------------------------------------------------------------

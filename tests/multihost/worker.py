@@ -1,0 +1,129 @@
+"""One process of the multi-host tests (run as a script, once per process, by :mod:`.launch`): the shipped tiny
+model evaluated under ``jax.distributed`` (or alone, as the reference), results pickled to ``OUT/<process>.pkl``.
+
+    python worker.py SCENARIO OUT
+
+Scenarios: ``same`` (every process evaluates the same data: four Evaluation kinds and an Evaluator),
+``uneven`` (process p evaluates its own shard; the shards differ in size), ``die`` (process 1 is killed by
+SIGKILL in the middle of an evaluation), ``die0`` (the same for process 0, the coordinator), ``stall`` (process 1
+sleeps in the middle of an evaluation: for SIGTERM). The coordinator and process id come from the standard
+``JAX_*`` environment variables; without them the process runs alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+HELDOUT = [
+    json.loads(line) for line in (ROOT / "examples" / "tiny-model-eval" / "data" / "heldout.jsonl").open()
+][:11]
+#: the shards of scenario ``uneven``: 7 samples on process 0, 4 on process 1 (the reference reads all 11)
+SHARDS = {0: HELDOUT[:7], 1: HELDOUT[7:]}
+
+
+def main() -> None:
+    scenario, out = sys.argv[1], Path(sys.argv[2])
+    from pytest_reward.evaluation import (
+        EncodingEvaluation,
+        Evaluator,
+        PerplexityComparisonEvaluation,
+        PerplexityEvaluation,
+        RolloutEvaluation,
+    )
+    from pytest_reward.jax import InferenceJob, resolve_model, hosts
+
+    launch = hosts.Launch.resolve()
+    me = 0 if launch is None else launch.process_id
+    if launch is not None:
+        hosts.initialize(launch)
+    rows = SHARDS[me] if scenario == "uneven" and launch is not None else HELDOUT
+
+    class Sums(RolloutEvaluation):
+        name = "sums"
+
+        def __len__(self):
+            return len(rows)
+
+        def get(self, i):
+            return rows[i]["prompt"], rows[i]["answer"]
+
+        def max_new_tokens(self, inference):
+            return 6
+
+        def check(self, y, y_hat):
+            return y == y_hat
+
+        def score(self, ys, y_hats):
+            if scenario in ("die", "die0", "stall") and me == (0 if scenario == "die0" else 1):
+                print(f"process {me}: scored, now {scenario}", flush=True)
+                if scenario == "stall":
+                    time.sleep(600)
+                os.kill(os.getpid(), signal.SIGKILL)
+            return super().score(ys, y_hats)
+
+    class Answers(EncodingEvaluation):
+        name = "answers"
+
+        def __len__(self):
+            return len(rows)
+
+        def get(self, i):
+            return rows[i]["prompt"] + rows[i]["answer"] + "<|endoftext|>"
+
+        def clean(self, y_hat):
+            return y_hat
+
+        def check(self, x, y_hat):
+            return y_hat.endswith(x.split("=")[1])
+
+    class Ppl(PerplexityEvaluation):
+        name = "ppl"
+
+        def __len__(self):
+            return len(rows)
+
+        def get(self, i):
+            return rows[i]["prompt"] + rows[i]["answer"]
+
+    class Choice(PerplexityComparisonEvaluation):
+        name = "choice"
+
+        def __len__(self):
+            return len(rows)
+
+        def get(self, i):
+            answer = rows[i]["answer"]
+            return rows[i]["prompt"], [answer, str(int(answer) + 1), str(int(answer) + 10)], 0
+
+    job = InferenceJob.from_checkpoint(resolve_model("tiny-adder"), per_device_batch_size=2)
+    evaluations = [Sums(), Answers(), Ppl(), Choice()]
+    result: dict = {"process": me, "devices": job.replicas, "hosts": repr(job.hosts)}
+    for evaluation in evaluations:
+        score = evaluation(job)
+        per_sample, inter = evaluation(job, reduce="none", return_intermediates=True)
+        samples = evaluation.shared_samples(job)
+        result[evaluation.name] = {
+            "score": score,
+            "per_sample": per_sample.tolist(),
+            "intermediates": [(r.x.tolist(), r.padding_mask.tolist(), r.action_mask.tolist()) for r in inter],
+            "outputs": [s.output for s in samples],
+        }
+    evaluator = Evaluator(job, evaluations, results_dir=out / f"results-{me}", name="mh")
+    result["evaluate"] = {k: v.tolist() for k, v in evaluator.evaluate(reduce="none").items()}
+    result["run"] = evaluator.run()
+    result["done"] = evaluator.done
+    result["wrote"] = evaluator.results_path.exists()
+    result["again"] = evaluator()
+    (out / f"{me if launch is not None else 'alone'}.pkl").write_bytes(pickle.dumps(result))
+    print(f"process {me}: finished", flush=True)
+
+
+if __name__ == "__main__":
+    main()

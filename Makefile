@@ -9,7 +9,7 @@ PIP    := $(PY) -m pip install --quiet --disable-pip-version-check
 DEMO_STAMP := $(VENV)/.installed-demo
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: demo test test-clients test-ray lint bench clean venv
+.PHONY: demo test test-clients test-ray test-multihost lint bench clean venv
 
 venv: $(TEST_STAMP)
 
@@ -49,6 +49,12 @@ $(RAY_STAMP): pyproject.toml | $(TEST_STAMP)
 
 test-ray: $(TEST_STAMP) $(RAY_STAMP)
 	$(PY) -m pytest -m ray tests/test_executors_ray.py tests/deploy/test_adapter_processes.py
+
+# Evaluations and pytest runs under jax.distributed: two real processes per test (coordinator on 127.0.0.1, a free
+# port, two CPU devices each), about 2 minutes; deselected in `make test` (marker multihost). Every process is
+# killed by process group afterwards.
+test-multihost: $(TEST_STAMP)
+	$(PY) -m pytest -m multihost tests/multihost
 
 lint: $(TEST_STAMP)
 	$(PY) -m ruff check pytest_reward tests bench examples

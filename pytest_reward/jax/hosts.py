@@ -37,7 +37,7 @@ import pickle
 import signal
 import struct
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -268,9 +268,10 @@ class Hosts:
     def _key(self, round_: int, process: int) -> str:
         return f"{_PREFIX}/{round_}/{process}"
 
-    def _arrive(self, name: str, payload: bytes) -> list[bytes]:
+    def _arrive(self, name: str, payload: bytes, patience: Callable[[], bool] | None = None) -> list[bytes]:
         """Publish ``payload`` for the next collective, named ``name``, and read every process's. Raises
-        :class:`HostsError` naming the processes missing at the deadline or at another collective."""
+        :class:`HostsError` naming the processes missing at the deadline or at another collective; at a deadline
+        where ``patience()`` is true (the missing process is still making progress) the wait starts again."""
         self._round += 1
         round_ = self._round
         entry = name.encode("utf-8", "replace")
@@ -281,15 +282,17 @@ class Hosts:
             raise HostsError(self._lost(name, exc)) from None
         deadline = time.monotonic() + self.timeout
         got: dict[int, bytes] = {self.index: blob}
-        for process in range(self.count):
-            if process in got:
-                continue
+        while len(got) < self.count:
+            process = min(p for p in range(self.count) if p not in got)
             left_ms = max(1, int((deadline - time.monotonic()) * 1000))
             try:
                 got[process] = self._client.blocking_key_value_get_bytes(self._key(round_, process), left_ms)
             except Exception as exc:
                 if "DEADLINE" not in str(exc).upper():
                     raise HostsError(self._lost(name, exc)) from None
+                if patience is not None and patience():
+                    deadline = time.monotonic() + self.timeout
+                    continue
                 missing = [p for p in range(self.count) if p not in got and not self._arrived(round_, p)]
                 raise HostsError(
                     f"{_processes(missing)} did not arrive within {self.timeout:g} s at collective #{round_} "
@@ -332,12 +335,13 @@ class Hosts:
         )
 
     # -- the collectives --------------------------------------------------------------------------------------
-    def exchange(self, name: str, value: Any) -> list[Any]:
+    def exchange(self, name: str, value: Any, *, patience: Callable[[], bool] | None = None) -> list[Any]:
         """Every process's ``value`` (any picklable object), in process order. Small values travel in the
-        key-value store; large ones as bytes through the array gather (lengths agreed first)."""
+        key-value store; large ones as bytes through the array gather (lengths agreed first). ``patience``: see
+        :meth:`waiting_for`."""
         data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
         head = b"i" + data if len(data) <= _INLINE_BYTES else b"g" + struct.pack("<Q", len(data))
-        heads = self._arrive(name, head)
+        heads = self._arrive(name, head, patience)
         if all(h[:1] == b"i" for h in heads):
             return [pickle.loads(h[1:]) for h in heads]
         lengths = [len(h) - 1 if h[:1] == b"i" else struct.unpack("<Q", h[1:9])[0] for h in heads]
@@ -358,6 +362,33 @@ class Hosts:
             shown = "; ".join(f"process {p}: {v!r:.200}" for p, v in enumerate(values))
             raise HostsError(f"{name}: the processes disagree ({shown}); every process must pass the same")
         return values
+
+    def step(self) -> None:
+        """Count one unit of work this process did alone (another process may be waiting for it: see
+        :meth:`waiting_for`)."""
+        try:
+            self._client.key_value_increment(f"{_PREFIX}/progress/{self.index}", 1)
+        except Exception:  # the coordinator is gone: the next collective says so
+            pass
+
+    def waiting_for(self, process: int) -> Callable[[], bool]:
+        """A ``patience`` for :meth:`exchange`: true at a deadline when ``process`` counted a :meth:`step` since
+        the previous deadline, so a collective waits as long as that process keeps working alone (process 0
+        running the run's unshared items, say) and fails :attr:`timeout` seconds after it stopped."""
+        seen: list[bytes | None] = [self._progress(process)]
+
+        def moved() -> bool:
+            now = self._progress(process)
+            moved, seen[0] = now != seen[0], now
+            return moved
+
+        return moved
+
+    def _progress(self, process: int) -> bytes | None:
+        try:
+            return self._client.key_value_try_get_bytes(f"{_PREFIX}/progress/{process}")
+        except Exception:
+            return None
 
     def broadcast(self, name: str, value: Any, source: int = 0) -> Any:
         """``value`` as process ``source`` has it, on every process (the others' ``value`` is ignored; ``None``

@@ -30,7 +30,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def environment(process: int | None, count: int, port: int, extra: dict[str, str] | None = None) -> dict[str, str]:
+def environment(
+    process: int | None, count: int, port: int, extra: dict[str, str] | None = None
+) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "SLURM_", "PYTEST_REWARD_"))}
     env.update(
         XLA_FLAGS="--xla_force_host_platform_device_count=2",
@@ -57,10 +59,12 @@ def run_processes(
     env: dict[str, str] | None = None,
     alone: bool = False,
     during: Callable[[list[subprocess.Popen]], None] | None = None,
+    cwds: Sequence[Path] | None = None,
 ) -> list[Finished]:
     """Run ``argv`` as processes 0..count-1 of one run (``alone``: one process without a coordinator), each in its
     own process group, output to files under ``workdir``. ``during(processes)`` runs while they run (to signal
-    them). Every process group still alive at the end is killed with SIGKILL."""
+    them). ``cwds``: each process's working directory (default ``workdir``: one host's disk for all). Every process
+    group still alive at the end is killed with SIGKILL."""
     port = free_port()
     ids: list[int | None] = [None] if alone else list(range(count))
     procs, files = [], []
@@ -74,7 +78,7 @@ def run_processes(
             procs.append(
                 subprocess.Popen(
                     list(argv),
-                    cwd=workdir,
+                    cwd=workdir if cwds is None else cwds[len(procs)],
                     env=environment(i, count, port, env),
                     stdout=out,
                     stderr=err,

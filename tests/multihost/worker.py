@@ -37,7 +37,7 @@ def main() -> None:
         PerplexityEvaluation,
         RolloutEvaluation,
     )
-    from pytest_reward.jax import InferenceJob, resolve_model, hosts
+    from pytest_reward.jax import InferenceJob, hosts, resolve_model
 
     launch = hosts.Launch.resolve()
     me = 0 if launch is None else launch.process_id

@@ -27,6 +27,14 @@ collective are deleted two collectives later, when every process has certainly r
 (the process ends), and resolves the coordinator address, process count and id from arguments, the standard
 ``JAX_COORDINATOR_ADDRESS`` / ``JAX_NUM_PROCESSES`` / ``JAX_PROCESS_ID`` variables, or SLURM's (``srun``).
 :func:`current` is the :class:`Hosts` of an initialized run (``None`` in a single process).
+
+A process that dies: the others fail at their next collective, within the timeout, naming it (exit status 1). When
+the dead process is process 0 (it runs the coordination service), JAX's distributed client in every other process
+notices first, within seconds, and ends its process itself (SIGABRT, with "Terminating process because the JAX
+distributed service detected fatal errors ... the leader task was preempted/died"): jaxlib offers no way to turn
+that into an exception (its client's ``missed_heartbeat_callback`` cannot be called from Python: ``std::bad_cast``).
+After a failed collective the process skips JAX's shutdown barrier at exit (it would wait for the dead process and
+then abort), so it ends with its own status.
 """
 
 from __future__ import annotations
@@ -215,9 +223,7 @@ def initialize(launch: Launch, *, timeout: float | None = None, local_device_ids
             # process 0 waits this long at exit for the others to shut down (a dead one never does)
             shutdown_timeout_seconds=max(1, int(wait)),
         )
-        if (
-            signal.getsignal(signal.SIGTERM) is not before
-        ):  # pragma: no cover - a jax that installs one anyway
+        if signal.getsignal(signal.SIGTERM) is not before:  # a jax that installs a handler anyway
             signal.signal(signal.SIGTERM, before or signal.SIG_DFL)
     elif (state.num_processes, state.process_id) != (launch.num_processes, launch.process_id):
         raise ValueError(

@@ -4,6 +4,7 @@ end of its run (:mod:`.launch`); every wait has a deadline."""
 
 from __future__ import annotations
 
+import json
 import pickle
 import threading
 from pathlib import Path
@@ -11,11 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from .launch import PYTHON, Finished, run_processes
+from .launch import PYTHON, ROOT, Finished, run_processes
 
 pytestmark = pytest.mark.multihost
 
 WORKER = str(Path(__file__).with_name("worker.py"))
+HELDOUT = [
+    json.loads(line) for line in (ROOT / "examples" / "tiny-model-eval" / "data" / "heldout.jsonl").open()
+]
 KINDS = ("sums", "answers", "ppl", "choice")
 
 
@@ -126,3 +130,27 @@ def test_sigterm_ends_processes_blocked_in_a_collective(tmp_path):
     for f in done:
         assert f.returncode == -signal.SIGTERM, (f.returncode, f.stderr[-2000:])
     assert "process 1: scored, now stall" in done[1].stdout
+
+
+def test_mismatched_collectives_raise_on_every_process_and_the_run_goes_on(tmp_path):
+    """Different shapes, settings or code paths on the two processes: a HostsError naming each process's side on
+    both (gloo would abort the process, or hang); None on the non-source process of a broadcast is fine."""
+    done = run_processes([PYTHON, WORKER, "collectives", str(tmp_path)], tmp_path, deadline=120)
+    for i, f in enumerate(done):
+        assert f.returncode == 0, f"process {i}: {f.returncode}\n{f.stderr[-4000:]}"
+    p0, p1 = load(tmp_path / "0.pkl"), load(tmp_path / "1.pkl")
+    assert p0["broadcast_none"] == p1["broadcast_none"] == ("ok", {"step": 7})
+    assert p0["rows"] == p1["rows"] == ("ok", [[0, 1, 2, 3, 4], [0, 1]])
+    assert p0["large"] == p1["large"] == ("ok", [400_000, 400_001])
+    for seen in (p0, p1):
+        kind, message = seen["shape_mismatch"]
+        assert kind == "HostsError" and "process 0: (2, 3) float32; process 1: (2, 4) float32" in message
+        kind, message = seen["settings"]
+        assert kind == "HostsError" and "the processes called with different settings" in message
+        assert "process 0: (6," in message and "process 1: (7," in message
+        kind, message = seen["other_code"]
+        assert kind == "HostsError" and "the processes ran different code" in message
+    assert p0["other_code"][1].count("barrier of process") == 2
+    # each process gets the results of the prompts it passed (the global batch is both processes' prompts)
+    answers = [row["answer"] for row in HELDOUT[:2]]  # both right when the model runs alone
+    assert p0["after"] == ("ok", answers) and p1["after"] == ("ok", answers[:1])

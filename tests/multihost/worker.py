@@ -6,7 +6,7 @@ model evaluated under ``jax.distributed`` (or alone, as the reference), results 
 Scenarios: ``same`` (every process evaluates the same data: four Evaluation kinds and an Evaluator),
 ``uneven`` (process p evaluates its own shard; the shards differ in size), ``die`` (process 1 is killed by
 SIGKILL in the middle of an evaluation), ``die0`` (the same for process 0, the coordinator), ``stall`` (process 1
-sleeps in the middle of an evaluation: for SIGTERM). The coordinator and process id come from the standard
+sleeps in the middle of an evaluation: for SIGTERM), ``collectives`` (the failure modes of raw collectives). The coordinator and process id come from the standard
 ``JAX_*`` environment variables; without them the process runs alone.
 """
 
@@ -103,6 +103,10 @@ def main() -> None:
             return rows[i]["prompt"], [answer, str(int(answer) + 1), str(int(answer) + 10)], 0
 
     job = InferenceJob.from_checkpoint(resolve_model("tiny-adder"), per_device_batch_size=2)
+    if scenario == "collectives":
+        (out / f"{me}.pkl").write_bytes(pickle.dumps(collectives(job, hosts.current(), hosts.HostsError)))
+        print(f"process {me}: finished", flush=True)
+        return
     evaluations = [Sums(), Answers(), Ppl(), Choice()]
     result: dict = {"process": me, "devices": job.replicas, "hosts": repr(job.hosts)}
     for evaluation in evaluations:
@@ -123,6 +127,40 @@ def main() -> None:
     result["again"] = evaluator()
     (out / f"{me if launch is not None else 'alone'}.pkl").write_bytes(pickle.dumps(result))
     print(f"process {me}: finished", flush=True)
+
+
+def collectives(job, h, HostsError) -> dict:
+    """What each process saw of the failure modes the collectives turn into errors: every one raised on both
+    processes (or answered the same on both), and the run goes on afterwards."""
+    import numpy as np
+
+    seen: dict = {}
+
+    def attempt(label, fn):
+        try:
+            seen[label] = ("ok", fn())
+        except HostsError as exc:
+            seen[label] = ("HostsError", str(exc))
+
+    me = h.index
+    # theseus-style broadcast: the non-source process passes None
+    attempt("broadcast_none", lambda: h.broadcast("weights", {"step": 7} if me == 0 else None))
+    # one host holding fewer rows: lengths agreed, padded, gathered, cut
+    attempt(
+        "rows", lambda: [r.tolist() for r in h.gather_rows("rows", np.arange(5 - 3 * me, dtype=np.int32))]
+    )
+    # other trailing shapes: an error on both, not an abort
+    attempt("shape_mismatch", lambda: h.gather_rows("bad rows", np.zeros((2, 3 + me), np.float32)))
+    # a large payload (bytes through the gather)
+    attempt("large", lambda: [len(x) for x in h.exchange("large", "x" * (400_000 + me))])
+    # the engine called with other settings on each process
+    attempt("settings", lambda: job.rollout(["12+345="], max_new_tokens=6 + me))
+    # the processes at different collectives
+    attempt("other_code", lambda: h.barrier(f"barrier of process {me}"))
+    # and the run goes on: a rollout of different prompts per process (each gets its own)
+    prompts = [row["prompt"] for row in HELDOUT[:2]][: 2 - me]
+    attempt("after", lambda: [r.text for r in job.rollout(prompts, max_new_tokens=6)])
+    return seen
 
 
 if __name__ == "__main__":

@@ -30,6 +30,8 @@ SHARDS = {0: HELDOUT[:7], 1: HELDOUT[7:]}
 
 def main() -> None:
     scenario, out = sys.argv[1], Path(sys.argv[2])
+    if os.environ.get("MULTIHOST_ONE_GPU_EACH"):  # bench/multihost_check.py on a GPU machine
+        os.environ["CUDA_VISIBLE_DEVICES"] = os.environ.get("JAX_PROCESS_ID", "0")
     from pytest_reward.evaluation import (
         EncodingEvaluation,
         Evaluator,

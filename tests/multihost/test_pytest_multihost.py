@@ -63,20 +63,20 @@ SAMPLES = "\n".join(
 )
 
 
-def project(root: Path, mean: float) -> None:
+def project(root: Path, mean: float, rewards: str = REWARDS) -> None:
     root.mkdir()
     (root / "test_evals.py").write_text(textwrap.dedent(EVALS.format(mean=mean)))
-    (root / "rewards.py").write_text(textwrap.dedent(REWARDS))
+    (root / "rewards.py").write_text(textwrap.dedent(rewards))
     (root / "samples.jsonl").write_text(SAMPLES + "\n")
     (root / "pytest.ini").write_text("[pytest]\n")
     heldout = Path(__file__).resolve().parents[2] / "examples" / "tiny-model-eval" / "data" / "heldout.jsonl"
     shutil.copy(heldout, root / "heldout.jsonl")
 
 
-def run_both(tmp_path: Path, mean: float, *extra: str):
+def run_both(tmp_path: Path, mean: float, *extra: str, rewards: str = REWARDS):
     hosts = [tmp_path / "host0", tmp_path / "host1"]
     for root in hosts:
-        project(root, mean)
+        project(root, mean, rewards)
     argv = [PYTHON, "-m", "pytest", "--reward-model", "tiny-adder", "--reward-samples", "samples.jsonl"]
     argv += ["--reward-report", "out", "-p", "no:randomly", "-p", "no:cacheprovider", "-rA", *extra]
     return hosts, run_processes(argv, tmp_path, cwds=hosts, deadline=150)
@@ -131,3 +131,17 @@ def test_different_collections_are_a_usage_error_on_every_process(tmp_path):
     for f in (p0, p1):
         assert f.returncode == 4, f.stdout[-2000:] + f.stderr[-2000:]
         assert "collected other items than process" in f.stderr, f.stderr[-2000:]
+
+
+def test_the_others_wait_for_process_0_while_it_keeps_finishing_items(tmp_path):
+    """Process 0 scores the reward function's samples alone, 2.5 s each (7.5 s), longer than the 5 s collective
+    timeout: process 1 waits at the end as long as process 0 finishes items, and both pass."""
+    slow = REWARDS.replace("    def exact(", "    def exact(").replace(
+        "        return {", "        import time\n\n        time.sleep(2.5)\n        return {"
+    )
+    assert "time.sleep(2.5)" in slow
+    _, (p0, p1) = run_both(tmp_path, 0.5, "--reward-collective-timeout", "5", rewards=slow)
+    assert (p0.returncode, p1.returncode) == (0, 0), p1.stdout[-3000:] + p1.stderr[-3000:]
+    assert p0.stdout.count("PASSED samples.jsonl::exact") == 3
+    assert "collective timeout 5 s" in p1.stdout
+    assert "exit status 0, as process 0's" in p1.stdout

@@ -247,9 +247,10 @@ def current() -> Hosts | None:
     client = distributed.global_state.client
     if client is None or jax.process_count() < 2:
         return None
+    wait = _timeout if _timeout is not None else _timeout_from_env()
     if _current is None or _current._client is not client:
-        wait = _timeout if _timeout is not None else _timeout_from_env()
         _current = Hosts(client, jax.process_index(), jax.process_count(), wait)
+    _current.timeout = wait
     return _current
 
 
@@ -278,6 +279,8 @@ class Hosts:
         """Publish ``payload`` for the next collective, named ``name``, and read every process's. Raises
         :class:`HostsError` naming the processes missing at the deadline or at another collective; at a deadline
         where ``patience()`` is true (the missing process is still making progress) the wait starts again."""
+        if self.count == 1:  # a run of one process: nobody to wait for
+            return [payload]
         self._round += 1
         round_ = self._round
         entry = name.encode("utf-8", "replace")
@@ -372,6 +375,8 @@ class Hosts:
     def step(self) -> None:
         """Count one unit of work this process did alone (another process may be waiting for it: see
         :meth:`waiting_for`)."""
+        if self.count == 1:
+            return
         try:
             self._client.key_value_increment(f"{_PREFIX}/progress/{self.index}", 1)
         except Exception:  # the coordinator is gone: the next collective says so
@@ -434,12 +439,16 @@ class Hosts:
         if any(s != sig for s in sigs):
             shown = "; ".join(f"process {p}: {s[0]} {s[1]}" for p, s in enumerate(sigs))
             raise HostsError(f"{name}: the processes hold different global arrays ({shown})")
+        if self.count == 1:
+            return np.asarray(array)
         from jax.experimental import multihost_utils
 
         return np.asarray(multihost_utils.process_allgather(array, tiled=True))
 
     def _gather_padded(self, array: np.ndarray) -> np.ndarray:
         """(count, *array.shape): the gloo/NCCL gather of equal-shaped host arrays (shapes agreed beforehand)."""
+        if self.count == 1:
+            return array[None]
         from jax.experimental import multihost_utils
 
         return np.asarray(multihost_utils.process_allgather(array, tiled=False))

@@ -83,3 +83,18 @@ def test_a_half_named_run_is_a_usage_error(project, monkeypatch):
     result.stderr.fnmatch_lines(
         ["*multi-host run: coordinator 127.0.0.1:1 is named (arguments) but not the process id*"]
     )
+
+
+def test_a_run_of_one_process_has_trivial_collectives():
+    """A launch of one process (``srun`` with one task): every collective answers at once, without a store."""
+    import numpy as np
+
+    from pytest_reward.jax.hosts import Hosts
+
+    one = Hosts(None, 0, 1, 1.0)
+    assert one.exchange("x", {"a": 1}) == [{"a": 1}]
+    assert one.broadcast("x", 3) == 3
+    assert [r.tolist() for r in one.gather_rows("rows", np.arange(3))] == [[0, 1, 2]]
+    assert one.agree("x", "same") == ["same"]
+    one.barrier("b")
+    one.step()

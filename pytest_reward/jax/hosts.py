@@ -357,7 +357,7 @@ class Hosts:
         buffer = np.zeros(max(lengths), np.uint8)
         if head[:1] == b"g":
             buffer[: len(data)] = np.frombuffer(data, np.uint8)
-        rows = self._gather_padded(buffer)
+        rows = self._gather_padded(name, buffer)
         out = []
         for process, (h, n) in enumerate(zip(heads, lengths, strict=True)):
             raw = h[1:] if h[:1] == b"i" else rows[process, :n].tobytes()
@@ -426,7 +426,7 @@ class Hosts:
         longest = max(n for n, _ in shapes)
         padded = np.zeros((longest, *array.shape[1:]), array.dtype)
         padded[: array.shape[0]] = array
-        rows = self._gather_padded(padded)
+        rows = self._gather_padded(name, padded)
         return [rows[p, :n] for p, (n, _) in enumerate(shapes)]
 
     def fetch(self, name: str, array: Any) -> np.ndarray:
@@ -443,15 +443,27 @@ class Hosts:
             return np.asarray(array)
         from jax.experimental import multihost_utils
 
-        return np.asarray(multihost_utils.process_allgather(array, tiled=True))
+        return self._gather(name, lambda: multihost_utils.process_allgather(array, tiled=True))
 
-    def _gather_padded(self, array: np.ndarray) -> np.ndarray:
+    def _gather_padded(self, name: str, array: np.ndarray) -> np.ndarray:
         """(count, *array.shape): the gloo/NCCL gather of equal-shaped host arrays (shapes agreed beforehand)."""
         if self.count == 1:
             return array[None]
         from jax.experimental import multihost_utils
 
-        return np.asarray(multihost_utils.process_allgather(array, tiled=False))
+        return self._gather(name, lambda: multihost_utils.process_allgather(array, tiled=False))
+
+    def _gather(self, name: str, gather: Callable[[], Any]) -> np.ndarray:
+        """Run the gloo/NCCL gather; a process that dies while it runs breaks the connection (a ``JaxRuntimeError``
+        from gloo: "Connection reset by peer"), which becomes a :class:`HostsError` that says so."""
+        try:
+            return np.asarray(gather())
+        except Exception as exc:
+            first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+            raise HostsError(
+                f"{name}: the gather among the {self.count} processes failed in process {self.index} ({first}): "
+                "another process died or its host went away during it"
+            ) from None
 
     def __repr__(self) -> str:
         return f"Hosts(process {self.index} of {self.count}, timeout={self.timeout:g}s)"

@@ -6,7 +6,8 @@ model evaluated under ``jax.distributed`` (or alone, as the reference), results 
 Scenarios: ``same`` (every process evaluates the same data: four Evaluation kinds and an Evaluator),
 ``uneven`` (process p evaluates its own shard; the shards differ in size), ``die`` (process 1 is killed by
 SIGKILL in the middle of an evaluation), ``die0`` (the same for process 0, the coordinator), ``stall`` (process 1
-sleeps in the middle of an evaluation: for SIGTERM), ``collectives`` (the failure modes of raw collectives). The coordinator and process id come from the standard
+sleeps in the middle of an evaluation: for SIGTERM), ``collectives`` (the failure modes of raw collectives),
+``die_in_gather`` (process 1 arrives at a gather and dies before entering it). The coordinator and process id come from the standard
 ``JAX_*`` environment variables; without them the process runs alone.
 """
 
@@ -105,12 +106,29 @@ def main() -> None:
             return rows[i]["prompt"], [answer, str(int(answer) + 1), str(int(answer) + 10)], 0
 
     job = InferenceJob.from_checkpoint(resolve_model("tiny-adder"), per_device_batch_size=2)
+    if scenario == "die_in_gather":  # process 1 arrives at a gather and dies before entering it
+        import numpy as np
+
+        h = hosts.current()
+        if me == 1:
+            h._arrive("rows", pickle.dumps((3, ((), np.dtype(np.int64).str))))
+            print("process 1: arrived, now dying", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        h.gather_rows("rows", np.arange(3))
+        return
     if scenario == "collectives":
         (out / f"{me}.pkl").write_bytes(pickle.dumps(collectives(job, hosts.current(), hosts.HostsError)))
         print(f"process {me}: finished", flush=True)
         return
     evaluations = [Sums(), Answers(), Ppl(), Choice()]
-    result: dict = {"process": me, "devices": job.replicas, "hosts": repr(job.hosts)}
+    result: dict = {
+        "process": me,
+        "devices": job.replicas,
+        "local_devices": job.local_replicas,
+        "hosts": repr(job.hosts),
+        # the seed's split of 32 samples at 4 rows per device over every device of the run
+        "accumulation": Sums.find_accumulation_steps(32, 4, job.replicas),
+    }
     for evaluation in evaluations:
         score = evaluation(job)
         per_sample, inter = evaluation(job, reduce="none", return_intermediates=True)

@@ -33,8 +33,8 @@ the dead process is process 0 (it runs the coordination service), JAX's distribu
 notices first, within seconds, and ends its process itself (SIGABRT, with "Terminating process because the JAX
 distributed service detected fatal errors ... the leader task was preempted/died"): jaxlib offers no way to turn
 that into an exception (its client's ``missed_heartbeat_callback`` cannot be called from Python: ``std::bad_cast``).
-After a failed collective the process skips JAX's shutdown barrier at exit (it would wait for the dead process and
-then abort), so it ends with its own status.
+After a failed collective, or an uncaught exception, the process skips JAX's shutdown barrier at exit (it would wait
+for the missing processes and then abort), so it ends at once with its own status.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ import os
 import pickle
 import signal
 import struct
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -110,6 +111,18 @@ def _skip_shutdown_when_broken() -> None:
 
 
 _kept: list[Any] = []
+
+
+def _breaking(previous: Any) -> Any:
+    """``sys.excepthook`` for a multi-process run: an exception that ends this process (on this process only,
+    say) breaks the run, so the process exits at once with status 1 instead of waiting at JAX's shutdown barrier
+    for processes that are waiting for it at their next collective."""
+
+    def hook(kind: Any, value: Any, traceback: Any) -> None:
+        _break()
+        previous(kind, value, traceback)
+
+    return hook
 
 
 @dataclass(frozen=True)
@@ -209,6 +222,7 @@ def initialize(launch: Launch, *, timeout: float | None = None, local_device_ids
     state = distributed.global_state
     if state.client is None:
         atexit.register(_skip_shutdown_when_broken)  # after jax's handler: runs before it
+        sys.excepthook = _breaking(sys.excepthook)
         jax.config.update("jax_enable_preemption_service", False)
         before = signal.getsignal(signal.SIGTERM)
         jax.distributed.initialize(

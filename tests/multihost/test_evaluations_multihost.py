@@ -180,3 +180,18 @@ def test_a_process_that_dies_inside_a_gather_fails_the_other_at_once(tmp_path):
     assert "HostsError: rows: the gather among the 2 processes failed in process 0" in done[0].stderr
     assert "another process died or its host went away during it" in done[0].stderr
     assert done[0].seconds < 60
+
+
+def test_an_exception_on_one_process_ends_it_at_once_and_fails_the_other(tmp_path):
+    """An uncaught exception on process 1 alone: process 1 exits with status 1 at once (not after JAX's shutdown
+    barrier waited for process 0, then aborted), and process 0 fails at its next collective naming it."""
+    done = run_processes(
+        [PYTHON, WORKER, "raise", str(tmp_path)],
+        tmp_path,
+        deadline=90,
+        env={"PYTEST_REWARD_COLLECTIVE_TIMEOUT": "10"},
+    )
+    assert done[1].returncode == 1 and "RuntimeError: a bug on process 1 only" in done[1].stderr
+    assert done[1].seconds < done[0].seconds  # it did not wait for process 0
+    assert done[0].returncode == 1, done[0].stderr[-3000:]
+    assert "HostsError: process 1 did not arrive within 10 s" in done[0].stderr

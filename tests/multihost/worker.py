@@ -64,10 +64,12 @@ def main() -> None:
             return y == y_hat
 
         def score(self, ys, y_hats):
-            if scenario in ("die", "die0", "stall") and me == (0 if scenario == "die0" else 1):
+            if scenario in ("die", "die0", "stall", "raise") and me == (0 if scenario == "die0" else 1):
                 print(f"process {me}: scored, now {scenario}", flush=True)
                 if scenario == "stall":
                     time.sleep(600)
+                if scenario == "raise":
+                    raise RuntimeError("a bug on process 1 only")
                 os.kill(os.getpid(), signal.SIGKILL)
             return super().score(ys, y_hats)
 

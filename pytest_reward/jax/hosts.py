@@ -77,20 +77,27 @@ class HostsError(RuntimeError):
     """A collective could not run: a process did not arrive in time, arrived at another collective or with other
     shapes, or the coordinator cannot be reached. The message names the processes.
 
-    Once one is raised the run is broken: at exit this process skips ``jax.distributed``'s shutdown barrier (which
-    would wait for the missing processes and then abort the process), so it ends with its own exit status."""
+    ``fatal`` (``lost``: a process or the coordinator is gone, or a gather broke) breaks the run: every later
+    collective of this process fails at once with the first such message (a run of many evaluations does not wait
+    a timeout for the dead process at each), and at exit the process skips ``jax.distributed``'s shutdown barrier
+    (which would wait for the missing processes and then abort it), so it ends with its own exit status. A
+    mismatch (other shapes, settings or code on some process) is not fatal: every process that arrived raised the
+    same error, and the run can go on."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, *, fatal: bool = True) -> None:
         super().__init__(message)
-        _break()
+        self.fatal = fatal
+        if fatal:
+            _break(message)
 
 
-_broken = False
+_broken: str | None = None  # the first fatal failure's message
 
 
-def _break() -> None:
+def _break(why: str) -> None:
     global _broken
-    _broken = True
+    if _broken is None:
+        _broken = why
 
 
 def _skip_shutdown_when_broken() -> None:
@@ -119,7 +126,7 @@ def _breaking(previous: Any) -> Any:
     for processes that are waiting for it at their next collective."""
 
     def hook(kind: Any, value: Any, traceback: Any) -> None:
-        _break()
+        _break(f"{kind.__name__}: {value}")
         previous(kind, value, traceback)
 
     return hook
@@ -295,6 +302,10 @@ class Hosts:
         where ``patience()`` is true (the missing process is still making progress) the wait starts again."""
         if self.count == 1:  # a run of one process: nobody to wait for
             return [payload]
+        if _broken is not None:
+            raise HostsError(
+                f"{name}: an earlier collective of this run failed, so no other can run: {_broken}"
+            )
         self._round += 1
         round_ = self._round
         entry = name.encode("utf-8", "replace")
@@ -340,7 +351,8 @@ class Hosts:
             shown = "; ".join(f"process {p} at {what!r}" for p, what in sorted(elsewhere.items()))
             raise HostsError(
                 f"collective #{round_}: process {self.index} is at {name!r} but {shown}: the processes ran "
-                "different code (every process must make the same calls in the same order)"
+                "different code (every process must make the same calls in the same order)",
+                fatal=False,
             )
         return payloads
 
@@ -383,7 +395,9 @@ class Hosts:
         values = self.exchange(name, value)
         if any(v != values[0] for v in values[1:]):
             shown = "; ".join(f"process {p}: {v!r:.200}" for p, v in enumerate(values))
-            raise HostsError(f"{name}: the processes disagree ({shown}); every process must pass the same")
+            raise HostsError(
+                f"{name}: the processes disagree ({shown}); every process must pass the same", fatal=False
+            )
         return values
 
     def step(self) -> None:
@@ -436,7 +450,7 @@ class Hosts:
             shown = "; ".join(
                 f"process {p}: {(n, *s[0])} {np.dtype(s[1])}" for p, (n, s) in enumerate(shapes)
             )
-            raise HostsError(f"{name}: the arrays do not match beyond the first axis ({shown})")
+            raise HostsError(f"{name}: the arrays do not match beyond the first axis ({shown})", fatal=False)
         longest = max(n for n, _ in shapes)
         padded = np.zeros((longest, *array.shape[1:]), array.dtype)
         padded[: array.shape[0]] = array
@@ -452,7 +466,7 @@ class Hosts:
         sigs = [pickle.loads(h) for h in heads]
         if any(s != sig for s in sigs):
             shown = "; ".join(f"process {p}: {s[0]} {s[1]}" for p, s in enumerate(sigs))
-            raise HostsError(f"{name}: the processes hold different global arrays ({shown})")
+            raise HostsError(f"{name}: the processes hold different global arrays ({shown})", fatal=False)
         if self.count == 1:
             return np.asarray(array)
         from jax.experimental import multihost_utils

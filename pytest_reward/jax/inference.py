@@ -389,7 +389,8 @@ class InferenceJob:
             shown = "; ".join(f"process {p}: {s!r:.200}" for p, (s, _) in enumerate(shared))
             raise HostsError(
                 f"{what}: the processes called with different settings ({shown}); every process must make the "
-                "same calls with the same settings"
+                "same calls with the same settings",
+                fatal=False,
             )
         if all(x == items for _, x in shared):
             return items, slice(0, len(items))

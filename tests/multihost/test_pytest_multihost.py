@@ -145,3 +145,30 @@ def test_the_others_wait_for_process_0_while_it_keeps_finishing_items(tmp_path):
     assert p0.stdout.count("PASSED samples.jsonl::exact") == 3
     assert "collective timeout 5 s" in p1.stdout
     assert "exit status 0, as process 0's" in p1.stdout
+
+
+def test_a_process_killed_mid_run_fails_the_items_of_the_others_once(tmp_path):
+    """Process 1 is killed inside the first evaluation: on process 0 that item fails after the 5 s timeout naming
+    process 1, the next evaluation fails at once (no second timeout), the samples still run, and the run ends
+    with status 1 instead of hanging."""
+    hosts = [tmp_path / "host0", tmp_path / "host1"]
+    dying = EVALS.replace(
+        "        def check(self, y, y_hat):\n",
+        "        def check(self, y, y_hat):\n"
+        "            import os, signal\n"
+        "            if os.environ['JAX_PROCESS_ID'] == '1':\n"
+        "                os.kill(os.getpid(), signal.SIGKILL)\n",
+    )
+    assert dying != EVALS
+    for root in hosts:
+        project(root, 0.5)
+        (root / "test_evals.py").write_text(textwrap.dedent(dying.format(mean=0.5)))
+    argv = [PYTHON, "-m", "pytest", "--reward-model", "tiny-adder", "--reward-samples", "samples.jsonl"]
+    argv += ["--reward-collective-timeout", "5", "-p", "no:randomly", "-p", "no:cacheprovider", "-rA"]
+    p0, p1 = run_processes(argv, tmp_path, cwds=hosts, deadline=150)
+    assert p1.returncode == -9
+    assert p0.returncode == 1, p0.stdout[-3000:] + p0.stderr[-3000:]
+    assert "process 1 did not arrive within 5 s at collective" in p0.stdout
+    assert "an earlier collective of this run failed, so no other can run" in p0.stdout
+    assert p0.stdout.count("PASSED samples.jsonl::exact") == 3
+    assert "FAILED test_evals.py::Sums" in p0.stdout and "FAILED test_evals.py::Ppl" in p0.stdout

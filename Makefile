@@ -9,7 +9,7 @@ PIP    := $(PY) -m pip install --quiet --disable-pip-version-check
 DEMO_STAMP := $(VENV)/.installed-demo
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: demo test test-clients test-ray lint bench clean venv docs docs-build screenshots
+.PHONY: demo test test-clients test-ray test-multihost lint bench clean venv docs docs-build docs-tables screenshots
 
 venv: $(TEST_STAMP)
 
@@ -50,6 +50,12 @@ $(RAY_STAMP): pyproject.toml | $(TEST_STAMP)
 test-ray: $(TEST_STAMP) $(RAY_STAMP)
 	$(PY) -m pytest -m ray tests/test_executors_ray.py tests/deploy/test_adapter_processes.py
 
+# Evaluations and pytest runs under jax.distributed: two real processes per test (coordinator on 127.0.0.1, a free
+# port, two CPU devices each), about 2 minutes; deselected in `make test` (marker multihost). Every process is
+# killed by process group afterwards.
+test-multihost: $(TEST_STAMP)
+	$(PY) -m pytest -m multihost tests/multihost
+
 lint: $(TEST_STAMP)
 	$(PY) -m ruff check pytest_reward tests bench examples
 	$(VENV)/bin/lint-imports
@@ -62,6 +68,10 @@ docs: $(TEST_STAMP)
 
 docs-build: $(TEST_STAMP)
 	$(VENV)/bin/mkdocs build --strict --site-dir build/site
+
+# The reference pages' generated tables (options, marker keys), rewritten from the declarations.
+docs-tables: $(TEST_STAMP)
+	$(PY) docs/generate_tables.py
 
 # The docs' pictures (docs/images/*.png), taken by the headless-browser tests of the HTML report (needs chromium).
 screenshots: $(TEST_STAMP)

@@ -32,13 +32,13 @@ def _generated(page: str, name: str) -> str:
 
 def test_options_page_table_matches_the_plugin():
     assert _generated("options.md", "options-table") == markdown_table(), (
-        "docs/reference/options.md's table is stale; regenerate it with: python -m pytest_reward.plugin.options"
+        "docs/reference/options.md's table is stale; regenerate it with: make docs-tables"
     )
 
 
 def test_marker_page_table_matches_the_gate_table():
     assert _generated("marker.md", "marker-table") == gates.markdown_table(), (
-        "docs/reference/marker.md's table is stale; regenerate it with: python -m pytest_reward.judge.gates"
+        "docs/reference/marker.md's table is stale; regenerate it with: make docs-tables"
     )
 
 

@@ -92,8 +92,12 @@ reward-kit's two folder functions live here too, as the seed imports them: :func
 ``pytest-reward preview`` command) and :func:`create_evaluation` (``pytest-reward deploy``). Each runs a pytest
 session, so the pytest layer is imported when one is called, never when this package is.
 
-Several hosts: evaluations run the same Python on every process (the job shards and gathers), so every process
-gets the same samples and scores.
+Several hosts (``jax.distributed``, see ``pytest_reward.jax.hosts`` and ``docs/multi-host.md``): every process runs
+the same Python; the job shards each model call over every device of every process and gives each process the
+results of its own inputs, and :meth:`Evaluation.shared_samples` (what ``__call__``, the :class:`Evaluator` and the
+pytest items use) makes the samples and intermediates identical on every process: process 0's when all processes
+evaluated the same dataset, else the union of the processes' datasets in process order. Only process 0 writes
+``results.json``.
 """
 
 from __future__ import annotations

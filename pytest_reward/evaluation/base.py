@@ -5,6 +5,8 @@ indices, read and check the rows).
 
 from __future__ import annotations
 
+import hashlib
+import pickle
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -13,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import EvaluationError
-from .job import ModelJob, bind
+from .job import ModelJob, as_job, bind
 
 __all__ = [
     "REDUCTIONS",
@@ -171,6 +173,13 @@ class Prepared:
         return [intermediate(tokens, start, T, int(self.encoding.pad_token)) for tokens, start in rows]
 
 
+def _dataset_key(samples: Sequence[EvaluationSample]) -> str:
+    """A digest of what was evaluated (indices, inputs, targets; not the results): equal on processes that
+    evaluated the same dataset."""
+    rows = [(s.index, s.input, s.target) for s in samples]
+    return hashlib.sha256(pickle.dumps(rows, protocol=4)).hexdigest()
+
+
 def intermediate(tokens: Sequence[int], action_from: int, length: int, pad: int) -> Intermediate:
     """Left-pad ``tokens`` to ``length``; the action mask covers ``tokens[action_from:]``."""
     n = len(tokens)
@@ -227,9 +236,33 @@ class Evaluation(ABC):
         intermediates: Intermediates = [] if return_intermediates else None
         if intermediates is not None:
             kwargs["intermediates"] = intermediates
-        samples = self.evaluate_samples(inference, encoding, **kwargs)
+        samples = self.shared_samples(inference, encoding, **kwargs)
         value = reduce_scores([s.score for s in samples], reduce)
         return (value, intermediates) if return_intermediates else value
+
+    def shared_samples(self, inference: Any, encoding: Any = None, **kwargs: Any) -> list[EvaluationSample]:
+        """:meth:`evaluate_samples` (keyword arguments as there, ``intermediates`` included), the same on every
+        process of a multi-process run (a job whose ``hosts`` is set, see ``pytest_reward.jax.hosts``).
+
+        Every process runs ``evaluate_samples`` (the job shares the model calls). When every process evaluated the
+        same dataset (the same indices, inputs and targets: the usual case), every process returns process 0's
+        samples and intermediates, so scores, verdicts and RL batches cannot drift apart. When the datasets differ
+        (each host holds its own shard, of any size), every process returns the union: process 0's samples, then
+        process 1's, and so on. Single process: ``evaluate_samples`` as it is."""
+        samples = self.evaluate_samples(inference, encoding, **kwargs)
+        hosts = getattr(as_job(inference), "hosts", None)
+        if hosts is None:
+            return samples
+        intermediates = kwargs.get("intermediates")
+        mine = (samples, intermediates)
+        keys = hosts.exchange(f"evaluation {self.name!r}: its samples' dataset", _dataset_key(samples))
+        if all(k == keys[0] for k in keys):
+            parts = [hosts.broadcast(f"evaluation {self.name!r}: process 0's samples", mine)]
+        else:
+            parts = hosts.exchange(f"evaluation {self.name!r}: every process's samples", mine)
+        if intermediates is not None:
+            intermediates[:] = [row for _, rows in parts for row in rows or ()]
+        return [s for part, _ in parts for s in part]
 
     def score(self, *args: Any) -> list[float]:
         """Return one float per evaluation sample. Subclasses override."""

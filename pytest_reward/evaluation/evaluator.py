@@ -226,6 +226,7 @@ class Evaluator:
             self._attach(job)
         self._params_source: Any = None
         self._params_seen: Any = None
+        self._completed = False
 
     def _attach(self, job: ModelJob) -> None:
         self.inference = job
@@ -396,8 +397,9 @@ class Evaluator:
 
     @property
     def done(self) -> bool:
-        """Whether ``results.json`` exists."""
-        return self.results_path.exists()
+        """Whether ``results.json`` exists; on a process other than 0 of a multi-process run (which writes no
+        files, and may not see process 0's disk), whether a :meth:`run` of this evaluator completed."""
+        return self._completed or self.results_path.exists()
 
     def evaluate(self, reduce: str = "mean", return_intermediates: bool = False, **kwargs: Any) -> Any:
         """Run every evaluation: ``{name: value}`` in evaluation order (a float for ``"mean"``/``"sum"``, the
@@ -430,23 +432,44 @@ class Evaluator:
         return (results, inters) if return_intermediates else results
 
     def run(self) -> dict[str, float]:
-        """Evaluate (``reduce="mean"``) and write ``results.json`` atomically; returns the results."""
+        """Evaluate (``reduce="mean"``) and write ``results.json`` atomically; returns the results.
+
+        Several processes: every process evaluates (the same results everywhere), process 0 alone writes the file,
+        and every process returns once it is written (or raises the same ``OSError`` if it could not be)."""
         results = {k: float(v) for k, v in self.evaluate().items()}
         payload = {"job": self.name, "project": self.project, "group": self.group, "results": results}
         path = self.results_path
-        try:
-            atomic_write_text(path, json.dumps(payload, indent=2) + "\n")
-        except OSError as exc:
-            raise OSError(
-                f"cannot write evaluation results to {path}: {exc}. Pass results_dir= a writable directory."
-            ) from exc
+        hosts = self._hosts()
+        failure = None
+        if hosts is None or hosts.index == 0:
+            try:
+                atomic_write_text(path, json.dumps(payload, indent=2) + "\n")
+            except OSError as exc:
+                failure = f"cannot write evaluation results to {path}: {exc}. Pass results_dir= a writable directory."
+        if hosts is not None:
+            failure = hosts.broadcast(f"evaluator {self.name!r}: results.json written", failure)
+        if failure is not None:
+            raise OSError(failure)
+        self._completed = True
         return results
 
     def __call__(self) -> dict[str, float]:
-        """Run, unless done and ``resume``: then the saved results, without running the model."""
-        if self.resume and self.done:
-            return dict(json.loads(self.results_path.read_text(encoding="utf-8"))["results"])
+        """Run, unless done and ``resume``: then the saved results, without running the model (several
+        processes: process 0 reads them and every process returns them)."""
+        hosts = self._hosts()
+        saved = None
+        if self.resume and (hosts is None or hosts.index == 0) and self.results_path.exists():
+            saved = dict(json.loads(self.results_path.read_text(encoding="utf-8"))["results"])
+        if hosts is not None and self.resume:
+            saved = hosts.broadcast(f"evaluator {self.name!r}: saved results", saved)
+        if saved is not None:
+            self._completed = True
+            return saved
         return self.run()
+
+    def _hosts(self) -> Any:
+        """The processes of a multi-process run sharing this evaluator's job (``None``: one process)."""
+        return getattr(self.inference, "hosts", None)
 
     def _job(self) -> ModelJob:
         if self.inference is None:

@@ -15,6 +15,8 @@ Modules, one concept each:
 * :mod:`.tokenizer` - :class:`ByteTokenizer` (no dependency) and :class:`HFTokenizer` (``tokenizers``);
 * :mod:`.generate` - the jitted programs (rollout, scoring, logits, the naive no-cache reference);
 * :mod:`.inference` - :class:`InferenceJob`, the API, shape buckets, devices and the theseus duck type;
+* :mod:`.hosts` - several processes under ``jax.distributed``: :func:`~.hosts.initialize` and collectives that
+  check arrival and shapes with a timeout instead of aborting or hanging;
 * :mod:`.compilation` - compile counter and persistent compilation cache;
 * :mod:`.zoo` - :func:`resolve_model` for the shipped example models.
 

@@ -40,10 +40,19 @@ outputs can be held in device memory at once; ``None`` (default) dispatches all 
 bounded the batches one compiled call scanned over, for the same reason. The results do not depend on it.
 
 Devices. The batch axis is sharded over every device of the mesh (``jax.devices()``; ``XLA_FLAGS=
---xla_force_host_platform_device_count=2`` makes two CPU devices), parameters are replicated. Several hosts: call
-``jax.distributed.initialize()`` in every process before building the job and give every process the same
-prompts; each process feeds its own shards of the global batch (``jax.make_array_from_callback``) and the results
-are gathered back to all processes. Only the single-process path is tested here.
+--xla_force_host_platform_device_count=2`` makes two CPU devices), parameters are replicated.
+
+Several processes (``jax.distributed``, started with :func:`.hosts.initialize`). The mesh spans every device of
+every process; every process builds the job and makes the same calls in the same order. Each batched call first
+exchanges its inputs and settings (:class:`.hosts.Hosts`, arrival-checked with a timeout): when every process
+passed the same inputs (the usual case: the same evaluation everywhere) they are the global batch; when the inputs
+differ (each host holds its own shard of the data, of any size) the global batch is their concatenation in process
+order. Either way each process feeds its shards of the global batch (``jax.make_array_from_callback``), the results
+are gathered back (:meth:`.hosts.Hosts.fetch`: shapes agreed before the gather) and **each process gets the results
+of the inputs it passed**. Settings that must agree (``max_new_tokens``, sampling, seeds) raise
+:class:`.hosts.HostsError` on every process when they do not; a process that does not arrive within the timeout is
+named in one. Greedy results equal a one-process run; sampled rows of concatenated inputs are drawn at their
+global row index, so they differ from a one-process run of one shard.
 
 theseus duck type. The evaluation classes written for theseus's ``InferenceJob`` read ``block_size``,
 ``per_device_batch_size``, ``replicas``, ``local_replicas``, ``mesh`` (axes ``("batch", "shard")``), ``state``
@@ -72,6 +81,8 @@ from . import generate, model
 from .checkpoint import load_checkpoint, save_checkpoint
 from .compilation import enable_compilation_cache, install_compile_counter
 from .config import ModelConfig
+from .hosts import Hosts, HostsError
+from .hosts import current as current_hosts
 from .tokenizer import ByteTokenizer, Tokenizer, load_tokenizer
 
 FinishReason = Literal["eot", "stop", "length"]
@@ -239,6 +250,8 @@ class InferenceJob:
             sorted({int(t) for t in eos if 0 <= int(t) < config.vocab_size})
         )
         self.start_token: int | None = self._start_token(start_token)
+        #: the processes of a ``jax.distributed`` run sharing this job's calls (``None``: this process alone)
+        self.hosts: Hosts | None = current_hosts()
 
     def _start_token(self, value: int | str | None) -> int | None:
         if value == "auto":
@@ -362,11 +375,27 @@ class InferenceJob:
         return jax.make_array_from_callback(arr.shape, self._replicated, lambda idx: arr[idx])
 
     def _fetch(self, array: jax.Array) -> np.ndarray:
-        if jax.process_count() > 1:  # pragma: no cover - multi-host only
-            from jax.experimental import multihost_utils
-
-            return np.asarray(multihost_utils.process_allgather(array, tiled=True))
+        if self.hosts is not None:
+            return self.hosts.fetch("the results of a batch", array)
         return np.asarray(array)
+
+    def _share(self, what: str, items: list[Any], settings: tuple[Any, ...]) -> tuple[list[Any], slice]:
+        """Several processes: the global inputs of a batched call and this process's slice of them (see the module
+        docstring). ``settings`` must be equal on every process. One process: ``items`` and all of them."""
+        if self.hosts is None:
+            return items, slice(0, len(items))
+        shared = self.hosts.exchange(what, (settings, items))
+        if any(s != settings for s, _ in shared):
+            shown = "; ".join(f"process {p}: {s!r:.200}" for p, (s, _) in enumerate(shared))
+            raise HostsError(
+                f"{what}: the processes called with different settings ({shown}); every process must make the "
+                "same calls with the same settings",
+                fatal=False,
+            )
+        if all(x == items for _, x in shared):
+            return items, slice(0, len(items))
+        start = sum(len(x) for _, x in shared[: self.hosts.index])
+        return [x for _, part in shared for x in part], slice(start, start + len(items))
 
     def _batch_rows(self, n_rows: int, tokens_per_row: int | None = None) -> int:
         """Rows per batch: a multiple of the device count, a power of two below the full batch."""
@@ -542,11 +571,25 @@ class InferenceJob:
                 )
             fed.append(self._fit(ids, limit))
         self.stats.rollout_calls += 1
-        if not fed:
+        if not fed and self.hosts is None:
             return [], []
         if seed is None:
             seed = (self.seed * 1_000_003 + self._rollout_counter) % (2**32)
         self._rollout_counter += 1
+        settings = (
+            max_new_tokens,
+            temperature,
+            top_k,
+            top_p,
+            seed,
+            n,
+            ignore_eos,
+            tuple(stop_token_ids),
+            batching,
+        )
+        fed, mine = self._share("a rollout call's prompts", fed, settings)
+        if not fed:
+            return [], []
 
         mode = generate.sampling_mode(temperature, top_k, top_p)
         samples = 1 if mode == "greedy" else n  # greedy samples are identical: compute once, copy
@@ -577,7 +620,7 @@ class InferenceJob:
         if samples != n:
             gens = [g for g in gens for _ in range(n)]
         self.stats.rollout_rows += len(gens)
-        return gens, fed
+        return gens[mine.start * n : mine.stop * n], fed[mine]
 
     def _static(self, plan: _RolloutPlan) -> np.ndarray:
         """Static batching: rows ``(prompt index, sample index)`` in batches of ``B``, each decoded until its longest
@@ -699,8 +742,12 @@ class InferenceJob:
         ``targets[i][t]`` is the token expected after ``inputs[i][:t+1]`` (negative = not scored). Returns per row
         (logp (n_i,) float32, greedy (n_i,) bool).
         """
-        if not inputs:
+        rows, mine = self._share(
+            "a scoring call's rows", [(list(x), list(y)) for x, y in zip(inputs, targets, strict=True)], ()
+        )
+        if not rows:
             return []
+        inputs, targets = [x for x, _ in rows], [y for _, y in rows]
         T = _bucket(max(len(x) for x in inputs), 16, self.block_size)
         B = self._batch_rows(len(inputs), T)
 
@@ -724,7 +771,7 @@ class InferenceJob:
         greedy = np.concatenate([g for _, g in done])
         self.stats.score_calls += 1
         self.stats.tokens_scored += sum(len(x) for x in inputs)
-        return [(logp[i, T - len(x) :], greedy[i, T - len(x) :]) for i, x in enumerate(inputs)]
+        return [(logp[i, T - len(x) :], greedy[i, T - len(x) :]) for i, x in enumerate(inputs)][mine]
 
     def _encode_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
         """lm-eval's split: trailing context whitespace moves to the continuation; tokens are split from the
@@ -820,11 +867,13 @@ class InferenceJob:
     def _per_position(
         self, name: str, fn: Any, sequences: Sequence[Sequence[int]], chunk_size: int | None
     ) -> list[np.ndarray]:
-        if not sequences:
-            return []
-        T = _bucket(max(len(s) for s in sequences), 16, self.block_size)
-        if max(len(s) for s in sequences) > self.block_size:
+        if max((len(s) for s in sequences), default=0) > self.block_size:
             raise ValueError(f"a sequence is longer than block_size={self.block_size}")
+        shared, mine = self._share(f"a {name} call's sequences", [list(x) for x in sequences], (name,))
+        if not shared:
+            return []
+        sequences = shared
+        T = _bucket(max(len(s) for s in sequences), 16, self.block_size)
         B = self._batch_rows(len(sequences), T)
         starts = range(0, len(sequences), B)
 
@@ -841,7 +890,7 @@ class InferenceJob:
         for start, values in zip(starts, self._in_chunks(batches(), chunk_size), strict=True):
             stop = min(start + B, len(sequences))
             out.extend(values[k, T - len(sequences[i]) :] for k, i in enumerate(range(start, stop)))
-        return out
+        return out[mine]
 
     # ------------------------------------------------------------------------------------------ theseus duck type
     def forward(

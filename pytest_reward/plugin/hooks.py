@@ -14,10 +14,12 @@ from ..errors import UsageError
 from ..judge.gates import marker_doc
 from . import options
 from .fixtures import inference_job  # noqa: F401  (a fixture: pytest finds it on the plugin module)
+from .multihost import MultihostHooks, launch_of
 from .session import MODEL_MISSING, REWARD_DATA, RewardSession, session_key
 
 if TYPE_CHECKING:
     from .controller import RunController
+
 
 def _state(config: pytest.Config) -> RewardSession | None:
     return config.stash.get(session_key, None)
@@ -47,6 +49,16 @@ def pytest_configure(config: pytest.Config) -> None:
     rs.note_explicit(list(config.args))
     config.stash[session_key] = rs
     rs.setup_parts_dir()
+    launch = None if rs.is_worker else launch_of(rs)
+    if launch is not None:
+        hosts = MultihostHooks(rs, launch)
+        config.pluginmanager.register(hosts, MultihostHooks.NAME)
+        if (
+            not hosts.writer
+        ):  # only process 0 writes reports, baselines and deploys: the others just run items
+            config.pluginmanager.register(RewardHooks(rs, None), "pytest-reward-session")
+            _collect_samples_files(config, settings)
+            return
     if rs.is_worker:
         # One model per worker: JAX must not grab most of an accelerator's memory in each of them.
         import os
@@ -70,7 +82,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(RewardHooks(rs, controller), "pytest-reward-session")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(rs), "pytest-reward-xdist")
-    # Named samples files become collection arguments (pytest de-duplicates overlaps).
+    _collect_samples_files(config, settings)
+
+
+def _collect_samples_files(config: pytest.Config, settings: options.Settings) -> None:
+    """Named samples files become collection arguments (pytest de-duplicates overlaps)."""
     for path in settings.samples:
         if str(path) not in config.args:
             config.args.append(str(path))
@@ -328,7 +344,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     rs = _state(config)
     if rs is not None:
         rs.cleanup()
-    for name in ("pytest-reward-session", "pytest-reward-xdist", "pytest-reward-deploy"):
+    for name in ("pytest-reward-session", "pytest-reward-xdist", "pytest-reward-deploy", MultihostHooks.NAME):
         plugin = config.pluginmanager.get_plugin(name)
         if plugin is not None:
             config.pluginmanager.unregister(plugin)

@@ -798,7 +798,7 @@ class EvaluationItem(_ModelItem):
             raise RewardFailure(f"{name}: the evaluation has no samples (len() is 0)", [])
         try:
             with rs.progress(f"evaluating {name} ({size} samples)", size):
-                samples = instance.evaluate_samples(job)
+                samples = instance.shared_samples(job)  # the same on every process of a multi-host run
         except EvaluationError as exc:
             raise RewardFailure(f"{name}: {exc}", []) from None
         if not samples:

@@ -704,6 +704,42 @@ class Settings:
         "Persistent XLA compilation cache, relative to the rootdir (empty: off).",
         relative_to="rootdir",
     )
+    coordinator: str | None = option(
+        "--reward-coordinator",
+        None,
+        "str",
+        None,
+        "Multi-host run: the jax.distributed coordinator (process 0's host:port; default: "
+        "JAX_COORDINATOR_ADDRESS). Every process runs the same pytest command.",
+        metavar="HOST:PORT",
+    )
+    num_processes: int | None = option(
+        "--reward-num-processes",
+        None,
+        "int",
+        None,
+        "Multi-host run: the number of processes (default: JAX_NUM_PROCESSES, else SLURM_NTASKS).",
+        metavar="N",
+        check=at_least(1),
+    )
+    process_id: int | None = option(
+        "--reward-process-id",
+        None,
+        "int",
+        None,
+        "Multi-host run: this process's id, 0 to N-1 (default: JAX_PROCESS_ID, else SLURM_PROCID).",
+        metavar="I",
+        check=at_least(0),
+    )
+    collective_timeout: float = option(
+        "--reward-collective-timeout",
+        "reward_collective_timeout",
+        "float",
+        300.0,
+        "Multi-host run: seconds a process waits for the others at a collective before it fails naming them.",
+        metavar="SECONDS",
+        check=at_least(0.001),
+    )
     deploy_target: str | None = option(
         "--reward-deploy",
         "reward_deploy_target",

@@ -1,0 +1,7 @@
+"""Multi-host tests start real ``jax.distributed`` processes (marker ``multihost``, ``make test-multihost``)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("jax")

@@ -20,7 +20,6 @@ from .session import MODEL_MISSING, REWARD_DATA, RewardSession, session_key
 if TYPE_CHECKING:
     from .controller import RunController
 
-
 def _state(config: pytest.Config) -> RewardSession | None:
     return config.stash.get(session_key, None)
 
@@ -53,9 +52,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if launch is not None:
         hosts = MultihostHooks(rs, launch)
         config.pluginmanager.register(hosts, MultihostHooks.NAME)
-        if (
-            not hosts.writer
-        ):  # only process 0 writes reports, baselines and deploys: the others just run items
+        if not hosts.writer:  # only process 0 writes reports, baselines and deploys: the others just run items
             config.pluginmanager.register(RewardHooks(rs, None), "pytest-reward-session")
             _collect_samples_files(config, settings)
             return

@@ -535,6 +535,8 @@ def render_comparison(comparisons: list[Any], baseline: str, *, markup: bool, wi
             ):
                 if total:
                     _print_wrapped(console, f"{where} {label}: {_names(refs, total)}", width, indent="  ")
+        for text in comparison_pair_lines(c):
+            _print_wrapped(console, f"{where} {text}", width, indent="  ")
         for label, items in (("most regressed", c.regressed), ("most improved", c.improved)):
             if items:
                 entries = ", ".join(
@@ -544,6 +546,39 @@ def render_comparison(comparisons: list[Any], baseline: str, *, markup: bool, wi
                 )
                 _print_wrapped(console, f"{where} {label}: {entries}", width, indent="  ")
     return _output(console)
+
+
+def _flips(refs: Sequence[dict[str, Any]], total: int, shown: int = 5) -> str:
+    names = []
+    for f in refs[:shown]:
+        margins = ""
+        if f["margin_before"] is not None and f["margin_after"] is not None:
+            margins = f" margin {f['margin_before']:.3g}→{f['margin_after']:.3g}"
+        names.append(f"{visible(str(f['id'] or f['key']))} (line {f['line']}{margins})")
+    return ", ".join(names) + (f", and {total - len(names)} more" if total > len(names) else "")
+
+
+def comparison_pair_lines(c: Any) -> list[str]:
+    """A preference file's comparison: accuracy before → after (every pair, and per subset) and the pairs that
+    flipped right → wrong or were fixed."""
+    p = c.preference
+    if not p or p["after"] is None or p["before"] is None:
+        return []
+    lines = [f"accuracy {p['before']:.1%} → {p['after']:.1%} ({p['after'] - p['before']:+.1%})"]
+    for name, s in p["subsets"].items():
+        if s["before"] is None or s["after"] is None:
+            side = "new" if s["before"] is None else "removed"
+            lines.append(f"subset {visible(name)}: {side}")
+            continue
+        lines.append(
+            f"subset {visible(name)}: {s['before']:.1%} → {s['after']:.1%} ({s['delta']:+.1%}; "
+            f"{s['n_before']} → {s['n_after']} pairs, {s['n_flipped']} flipped, {s['n_fixed']} fixed)"
+        )
+    if p["n_flipped"]:
+        lines.append(f"flipped right → wrong: {p['n_flipped']}: {_flips(p['flipped'], p['n_flipped'])}")
+    if p["n_fixed"]:
+        lines.append(f"fixed wrong → right: {p['n_fixed']}: {_flips(p['fixed'], p['n_fixed'])}")
+    return lines
 
 
 def render_probe_changes(changes: Sequence[Any], *, markup: bool, width: int) -> str:

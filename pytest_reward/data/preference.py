@@ -34,7 +34,17 @@ __all__ = ["PAIR_FIELDS", "Pair", "pair_key", "parse_pair"]
 PAIR_FIELDS = ("chosen", "rejected")
 
 _RESERVED = frozenset(
-    ("messages", "prompt", "id", "ground_truth", "ground_truth_for_eval", "expect", "chosen", "rejected", "subset")
+    (
+        "messages",
+        "prompt",
+        "id",
+        "ground_truth",
+        "ground_truth_for_eval",
+        "expect",
+        "chosen",
+        "rejected",
+        "subset",
+    )
 )
 
 
@@ -74,7 +84,9 @@ def _message(value: Any, where: str) -> dict[str, Any]:
     if content is None and not value.get("tool_calls"):
         raise SampleFormatError(f"{where}.content is null but the message has no tool_calls")
     if content is not None and not isinstance(content, (str, list)):
-        raise SampleFormatError(f"{where}.content must be a string, a list of parts or null, got {_kind(content)}")
+        raise SampleFormatError(
+            f"{where}.content must be a string, a list of parts or null, got {_kind(content)}"
+        )
     return value
 
 
@@ -161,10 +173,14 @@ def parse_pair(record: Mapping[str, Any]) -> tuple[Pair, dict[str, Any]]:
             "a list of rejected responses for best-of-n)"
         )
     if "expect" in record:
-        raise SampleFormatError("'expect' is for samples, not preference pairs (a pair's test is chosen > rejected)")
+        raise SampleFormatError(
+            "'expect' is for samples, not preference pairs (a pair's test is chosen > rejected)"
+        )
     subset = record.get("subset")
     if subset is not None and (not isinstance(subset, str) or not subset.strip()):
-        raise SampleFormatError(f"'subset' must be a non-empty string, got {_kind(subset)} {json.dumps(subset)}")
+        raise SampleFormatError(
+            f"'subset' must be a non-empty string, got {_kind(subset)} {json.dumps(subset)}"
+        )
     context = _context(record)
     chosen = _response(record["chosen"], "chosen")
     rejected, best_of_n = _rejected(record["rejected"])

@@ -38,10 +38,10 @@ if TYPE_CHECKING:
 __all__ = [
     "BatchScheduler",
     "EvaluationItem",
-    "PairItem",
     "FileItem",
     "LineErrorItem",
     "ModelFileItem",
+    "PairItem",
     "RolloutSampleItem",
     "SampleItem",
     "apply_marks",
@@ -308,7 +308,7 @@ def pair_panel(outcome: SampleOutcome, sample: Sample, fn: RewardFn, width: int)
         f"  function   {fn.name}  ({fn.path.name}:{fn.lineno})",
     ]
     for message in pair.context:
-        lines.append(f"  {str(message.get('role')):<10} {_shown(message.get('content'), width)}")
+        lines.append(f"  {message.get('role')!s:<10} {_shown(message.get('content'), width)}")
     if not pair.context:
         lines.append("  context    ∅ (the pair has no prompt)")
     names = response_names(sample)

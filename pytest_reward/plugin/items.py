@@ -312,12 +312,12 @@ def pair_panel(outcome: SampleOutcome, sample: Sample, fn: RewardFn, width: int)
     if not pair.context:
         lines.append("  context    ∅ (the pair has no prompt)")
     names = response_names(sample)
-    name_w = max(len(n) for n in names)
+    name_w = max(10, *(len(n) for n in names))
     for name, response, score, reason in zip(names, pair.responses, info["scores"], info["reasons"], strict=True):
         shown = "error" if score is None else f"{score:.4g}"
-        lines.append(f"  {name:<{name_w}}  score {shown:<8} {_turns(response, width)}")
+        lines.append(f"  {name:<{name_w}} score {shown:<8} {_turns(response, width)}")
         if reason:
-            lines.append(f"  {'':<{name_w}}  reason {_shown(reason, width)}")
+            lines.append(f"  {'':<{name_w}} reason {_shown(reason, width)}")
     if outcome.ground_truth is not None:
         lines.append(f"  truth      {_shown(outcome.ground_truth, width)}")
     if outcome.score is not None:

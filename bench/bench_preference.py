@@ -135,7 +135,7 @@ def bench(runner: Runner, reward_dir: Path, data: Path, name: str, n: int, runs:
 
 
 def render(results: dict[str, Any], args: argparse.Namespace, code: str) -> str:
-    when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    when = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         SECTION,
         "",

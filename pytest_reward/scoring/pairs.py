@@ -28,13 +28,20 @@ __all__ = ["PairFolder", "pair_outcome", "response_names", "response_samples"]
 REASON_KEPT = 300
 
 
-def response_names(sample: Sample) -> list[str]:
+_NAMES: dict[int, tuple[str, ...]] = {}
+
+
+def response_names(sample: Sample) -> tuple[str, ...]:
     """``chosen``, then ``rejected`` (one) or ``rejected[0]``, ``rejected[1]`` … (best-of-n)."""
     pair = sample.pair
     assert pair is not None
     if not pair.best_of_n:
-        return ["chosen", "rejected"]
-    return ["chosen", *(f"rejected[{i}]" for i in range(len(pair.rejected)))]
+        return ("chosen", "rejected")
+    k = len(pair.rejected)
+    names = _NAMES.get(k)
+    if names is None:
+        names = _NAMES[k] = ("chosen", *(f"rejected[{i}]" for i in range(k)))
+    return names
 
 
 def response_samples(sample: Sample) -> list[Sample]:
@@ -89,8 +96,8 @@ def pair_outcome(
     info: dict[str, Any] = {
         "subset": pair.subset,
         "scores": scores,
-        "names": names,
-        "reasons": [_cut(r) for _, r, _ in scored],
+        "names": list(names),
+        "reasons": [r if r is None or len(r) <= REASON_KEPT else _cut(r) for _, r, _ in scored],
         "credit": 0.0,
         "tied": 0,
         "error": False,
@@ -116,12 +123,12 @@ def pair_outcome(
         else:
             verdict = FAIL
             failures.append(message)
-    reason = f"margin {margin:.4g}: chosen {scores[0]:.4g}, best rejected {max(scores[1:]):.4g}"  # type: ignore[type-var]
+    # no reason of its own: the responses' scores and reasons are in extra["pair"], the margin is the score
     judged = (verdict, margin, {}, failures, below)
-    return invoker.make_outcome(sample, judged, True, reason, None, duration, {"pair": info})
+    return invoker.make_outcome(sample, judged, True, None, None, duration, {"pair": info})
 
 
-def wrong_pair(names: list[str], scores: list[float], credit: float, tied: int) -> str:
+def wrong_pair(names: tuple[str, ...], scores: list[float], credit: float, tied: int) -> str:
     """Why a pair is wrong (or earns part of its credit), in one line."""
     chosen = scores[0]
     best = max(range(1, len(scores)), key=lambda i: scores[i])

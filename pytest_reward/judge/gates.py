@@ -16,6 +16,11 @@ line all read that table.
   ``confidence`` interval on its side (seeded percentile bootstrap for the mean, Wilson score for the rate), not
   for the point estimate.
 * ``metrics``: the per-metric gate kinds per named metric.
+* ``pair_accuracy``, ``subset_accuracy``, ``mean_margin``: the gates of preference files (``chosen`` / ``rejected``
+  lines, :mod:`pytest_reward.judge.preference`): the share of pairs the reward ranks right (Wilson score interval
+  with ``confidence=``), the same per named subset (``{subset: rate}``), the mean margin (bootstrap). They are
+  judged on preference files only, and the gates above on samples files only (:attr:`GateKind.pairs`); with one
+  of them declared a wrong pair is left to the gates, as a threshold miss is to ``pass_rate``.
 
 The marker's own settings (:class:`Marker`, apart from its gates):
 

@@ -446,3 +446,24 @@ def test_xdist_folds_the_subset_gates_across_workers(project):
     result.stdout.fnmatch_lines(["FAIL number on pairs.jsonl: subset_accuracy(b) 0 < 0.5"])
     p = summary(project)["groups"][0]["summary"]["preference"]
     assert {k: (v["n"], v["credit"]) for k, v in p["subsets"].items()} == {"a": (6, 6.0), "b": (3, 0.0)}
+
+
+@pytest.mark.parametrize("granularity", ["sample", "file"])
+def test_a_batch_mode_reward_scores_a_pairs_responses_in_one_batch(project, granularity):
+    project.file(
+        "rewards.py",
+        """
+        import pytest
+        from pytest_reward import reward_function
+
+        @pytest.mark.reward(pair_accuracy=0.5)
+        @reward_function(mode="batch")
+        def number(rollouts_messages, **kwargs):
+            return [{"score": float(m[-1]["content"])} for m in rollouts_messages]
+        """,
+    )
+    project.jsonl("pairs.jsonl", ROWS)
+    result = project.run("--reward-samples", "pairs.jsonl", "--reward-granularity", granularity, "--reward-report", "out")
+    assert result.ret == 0, result.stdout.str()
+    p = summary(project)["groups"][0]["summary"]["preference"]
+    assert (p["n"], p["credit"]) == (5, 4.0)

@@ -30,6 +30,12 @@ GRANULARITIES = [
     pytest.param(("--reward-granularity", "sample", "-n", "2"), id="sample-xdist"),
     pytest.param(("--reward-granularity", "file", "-n", "2"), id="file-xdist"),
 ]
+EXECUTORS = [  # a pair's responses are scored in order by every executor, and folded back into the pair
+    pytest.param(("--reward-granularity", "file", "--reward-workers", "2"), id="file-threads"),
+    pytest.param(
+        ("--reward-granularity", "file", "--reward-executor", "process", "--reward-workers", "2"), id="file-process"
+    ),
+]
 
 
 def pair(
@@ -60,7 +66,7 @@ ROWS = [
 ]
 
 
-@pytest.mark.parametrize("args", GRANULARITIES)
+@pytest.mark.parametrize("args", GRANULARITIES + EXECUTORS)
 def test_accuracy_per_subset_in_every_granularity(project, args):
     write(project, "pair_accuracy=0.7", ROWS)
     result = project.run("--reward-samples", "pairs.jsonl", "--reward-report", "out", *args)

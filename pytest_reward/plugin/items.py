@@ -612,7 +612,7 @@ class _FileRun:
                     n_failing += 1
                     if len(failing) < self.WORST:
                         failing.append(outcome)
-                elif outcome.score is not None:
+                elif outcome.score is not None and outcome.score < bar:
                     lowest.append(outcome)
                     if len(lowest) > 4 * worst:
                         lowest.sort(key=_by_score)

@@ -28,12 +28,13 @@ from typing import Any
 
 from ..errors import SampleFormatError
 
-__all__ = ["PAIR_FIELDS", "Pair", "pair_key", "parse_pair"]
+__all__ = ["PAIR_FIELDS", "PAIR_RESERVED", "Pair", "pair_key", "parse_pair"]
 
 #: The fields a line is a preference pair by (either one makes it a pair; a pair needs both).
 PAIR_FIELDS = ("chosen", "rejected")
 
-_RESERVED = frozenset(
+#: The fields of a pair's line that are not keyword arguments of the reward function.
+PAIR_RESERVED = frozenset(
     (
         "messages",
         "prompt",
@@ -160,9 +161,28 @@ def _split_implicit(
     return chosen[:shared], chosen[shared:], tuple(r[shared:] for r in rejected)
 
 
-def parse_pair(record: Mapping[str, Any]) -> tuple[Pair, dict[str, Any]]:
-    """The pair a line holds, and the line's other fields (``id``, ``ground_truth`` and the keyword arguments, for
-    the sample that carries the pair). Raises ``SampleFormatError`` naming what is wrong."""
+def parse_pair(record: Mapping[str, Any]) -> Pair:
+    """The pair a line holds (its other fields, ``id``, ``ground_truth`` and the keyword arguments, are the
+    sample's: :data:`PAIR_RESERVED` are not keyword arguments). Raises ``SampleFormatError`` naming what is wrong."""
+    prompt, chosen, rejected = record.get("prompt"), record.get("chosen"), record.get("rejected")
+    if (  # the usual RewardBench row, without the general path's calls: three strings (and a subset)
+        prompt.__class__ is str
+        and prompt
+        and chosen.__class__ is str
+        and rejected.__class__ is str
+        and chosen != rejected
+        and "messages" not in record
+        and "expect" not in record
+    ):
+        subset = record.get("subset")
+        if subset is None or (subset.__class__ is str and subset.strip()):
+            return Pair(
+                ({"role": "user", "content": prompt},),
+                ({"role": "assistant", "content": chosen},),
+                (({"role": "assistant", "content": rejected},),),
+                subset,
+                False,
+            )
     if "chosen" not in record:
         raise SampleFormatError(
             "preference pair without 'chosen': the line has 'rejected' but no 'chosen' (a pair needs both)"
@@ -192,11 +212,7 @@ def parse_pair(record: Mapping[str, Any]) -> tuple[Pair, dict[str, Any]]:
             raise SampleFormatError(
                 f"'chosen' is identical to {which!r}: the pair cannot tell a better answer from a worse one"
             )
-    rest = {k: v for k, v in record.items() if k not in _RESERVED}
-    for name in ("id", "ground_truth", "ground_truth_for_eval"):
-        if name in record:
-            rest[name] = record[name]
-    return Pair(context, chosen, rejected, subset, best_of_n), rest
+    return Pair(context, chosen, rejected, subset, best_of_n)
 
 
 _canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode

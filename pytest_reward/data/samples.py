@@ -33,7 +33,7 @@ from typing import Any
 
 from ..errors import SampleFormatError
 from .fields import map_row
-from .preference import Pair, pair_key, parse_pair
+from .preference import PAIR_RESERVED, Pair, pair_key, parse_pair
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
@@ -537,10 +537,10 @@ def _ground_truth(record: dict[str, Any]) -> Any:
 def _pair_sample(record: dict[str, Any], path: Path, line: int) -> Sample:
     """A preference pair (:func:`.preference.parse_pair`) as the sample that carries it: ``messages`` the context
     and the chosen response (what reports show), the pair itself in ``Sample.pair``."""
-    pair, rest = parse_pair(record)
-    sample_id = _sample_id(rest)
-    ground_truth = _ground_truth(rest)
-    kwargs = {k: v for k, v in rest.items() if k not in _RESERVED}
+    pair = parse_pair(record)
+    sample_id = _sample_id(record) if "id" in record else None
+    ground_truth = _ground_truth(record)
+    kwargs = {k: v for k, v in record.items() if k not in PAIR_RESERVED}
     messages = [*pair.context, *pair.chosen]
     return Sample(path, line, sample_id, messages, None, ground_truth, None, kwargs, record, pair=pair)
 

@@ -93,6 +93,11 @@ def pair_outcome(
     assert pair is not None
     names = response_names(sample)
     scores = [s for s, _, _ in scored]
+    broken = (
+        [(name, error) for name, (score, _, error) in zip(names, scored, strict=True) if score is None]
+        if None in scores
+        else None
+    )
     info: dict[str, Any] = {
         "subset": pair.subset,
         "scores": scores,
@@ -104,7 +109,6 @@ def pair_outcome(
     }
     failures: list[str] = []
     below: list[str] = []
-    broken = [(name, error) for name, (score, _, error) in zip(names, scored, strict=True) if score is None]
     if broken:
         name, error = broken[0]
         info["error"] = True

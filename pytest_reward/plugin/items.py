@@ -1,4 +1,5 @@
-"""Test items: a reward function on one sample, on a whole samples file, a malformed line, an ``Evaluation``.
+"""Test items: a reward function on one sample, on one preference pair, on a whole samples file, a malformed line,
+an ``Evaluation``.
 
 Each item's ``runtest`` scores, records the outcome as report data (:mod:`pytest_reward.judge.wire`) and raises
 :class:`~pytest_reward.plugin.failure.RewardFailure` for a failing verdict; the collectors that build them are in

@@ -150,9 +150,9 @@ def wrong_pair(names: tuple[str, ...], scores: list[float], credit: float, tied:
 
 
 class PairFolder:
-    """Folds a file item's stream of outcomes back into pairs: an outcome (or ``Passed`` tuple) of a sample that
-    carries a pair is held until the pair's every response has one, then the pair's outcome is given instead; the
-    other outcomes pass through as they are. ``chosen``: called with the pair's sample and its chosen response's
+    """Folds a file item's stream of outcomes back into pairs: the outcome (or ``Passed`` tuple) of each response
+    of a pair is handed to :meth:`add` (the caller tells them from other outcomes by ``Sample.pair``), which gives
+    the pair's outcome with its last response. ``chosen``: called with the pair's sample and its chosen response's
     score and verdict (the probes' ledger keeps the chosen response's score, the one they mutate)."""
 
     def __init__(self, invoker: Invoker, chosen: Any = None) -> None:

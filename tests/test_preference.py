@@ -207,6 +207,7 @@ BAD = [
     {"prompt": "p", "chosen": "0.9", "rejected": "0.1", "subset": 7},
     {"prompt": "p", "chosen": "0.9", "rejected": ["0.1", {"role": "assistant", "content": "x"}]},
     {"prompt": "p", "chosen": "0.9", "rejected": "0.1", "expect": {"score": 1}},
+    {"prompt": "p", "chosen": [{"role": "user", "content": "0.9"}], "rejected": "0.1"},
 ]
 BAD_MESSAGES = [  # (fnmatch: [ ] written ?)
     "preference pair without 'rejected': the line has 'chosen' but no 'rejected'*",
@@ -216,6 +217,7 @@ BAD_MESSAGES = [  # (fnmatch: [ ] written ?)
     "'subset' must be a non-empty string, got a number 7",
     "'rejected' must be a string, a list of messages (one response), or a list of responses*",
     "'expect' is for samples, not preference pairs*",
+    "'chosen' must end with an assistant turn (the response scored), got a 'user' turn",
 ]
 
 

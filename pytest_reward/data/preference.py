@@ -104,7 +104,12 @@ def _response(value: Any, where: str) -> tuple[dict[str, Any], ...]:
     if isinstance(value, str):
         return ({"role": "assistant", "content": value},)
     if _is_messages(value):
-        return _messages(value, where)
+        turns = _messages(value, where)
+        if turns[-1].get("role") != "assistant":
+            raise SampleFormatError(
+                f"{where!r} must end with an assistant turn (the response scored), got a {turns[-1]['role']!r} turn"
+            )
+        return turns
     if isinstance(value, list) and not value:
         raise SampleFormatError(f"{where!r} is an empty list: a response is a string or a list of messages")
     raise SampleFormatError(f"{where!r} must be a string or a list of messages, got {_kind(value)}")

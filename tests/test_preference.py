@@ -33,7 +33,8 @@ GRANULARITIES = [
 EXECUTORS = [  # a pair's responses are scored in order by every executor, and folded back into the pair
     pytest.param(("--reward-granularity", "file", "--reward-workers", "2"), id="file-threads"),
     pytest.param(
-        ("--reward-granularity", "file", "--reward-executor", "process", "--reward-workers", "2"), id="file-process"
+        ("--reward-granularity", "file", "--reward-executor", "process", "--reward-workers", "2"),
+        id="file-process",
     ),
 ]
 
@@ -471,7 +472,9 @@ def test_a_batch_mode_reward_scores_a_pairs_responses_in_one_batch(project, gran
         """,
     )
     project.jsonl("pairs.jsonl", ROWS)
-    result = project.run("--reward-samples", "pairs.jsonl", "--reward-granularity", granularity, "--reward-report", "out")
+    result = project.run(
+        "--reward-samples", "pairs.jsonl", "--reward-granularity", granularity, "--reward-report", "out"
+    )
     assert result.ret == 0, result.stdout.str()
     p = summary(project)["groups"][0]["summary"]["preference"]
     assert (p["n"], p["credit"]) == (5, 4.0)

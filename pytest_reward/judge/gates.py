@@ -494,7 +494,9 @@ def _quantiles(value: Any, key: str, where: str) -> tuple[tuple[float, float], .
 
 def _subsets(value: Any, key: str, where: str) -> tuple[tuple[str, float], ...]:
     if not isinstance(value, Mapping) or not value:
-        raise _fail(where, f"{key} must be a non-empty dict {{subset: rate}}, e.g. {{'safety': 0.9}}, got {value!r}")
+        raise _fail(
+            where, f"{key} must be a non-empty dict {{subset: rate}}, e.g. {{'safety': 0.9}}, got {value!r}"
+        )
     out = []
     for name, bound in value.items():
         if not isinstance(name, str) or not name.strip():

@@ -594,7 +594,9 @@ class GroupAccumulator:
                 "mean": float(margins.mean()),
                 "min": float(margins.min()),
                 "max": float(margins.max()),
-                "quantiles": {f"{q:g}": float(v) for q, v in zip(levels, np.quantile(margins, levels), strict=True)},
+                "quantiles": {
+                    f"{q:g}": float(v) for q, v in zip(levels, np.quantile(margins, levels), strict=True)
+                },
                 "n_negative": int((margins < 0).sum()),
                 "n_zero": int((margins == 0).sum()),
             }
@@ -702,7 +704,9 @@ def _pair_interval(summary: Summary, kind: GateKind, level: float | str | None) 
 
 def _missing_subset(summary: Summary, target: str, name: str, bound: float, subset: Any) -> GateResult:
     known = ", ".join(summary.preference["subsets"]) if summary.preference else ""
-    note = f"no pairs of subset {subset!r} in this file" + (f" (its subsets: {known})" if known else " (no pair has a subset)")
+    note = f"no pairs of subset {subset!r} in this file" + (
+        f" (its subsets: {known})" if known else " (no pair has a subset)"
+    )
     return GateResult(target, name, bound, passed=False, note=note)
 
 

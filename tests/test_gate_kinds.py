@@ -64,12 +64,22 @@ def test_the_unknown_key_error_lists_the_table(project):
 
 
 def test_every_kind_round_trips_through_its_dict():
-    values = {"threshold": 0.5, "mean": 0.4, "max_mean": 0.9, "pass_rate": 0.5, "quantile": {0.1: 0.2}}
+    values = {
+        "threshold": 0.5,
+        "mean": 0.4,
+        "max_mean": 0.9,
+        "pass_rate": 0.5,
+        "quantile": {0.1: 0.2},
+        "pair_accuracy": 0.8,
+        "subset_accuracy": {"safety": 0.9, "chat": 0.7},
+        "mean_margin": 0.1,
+    }
     assert set(values) == {kind.key for kind in GATE_KINDS}  # a new kind: add it here
     values |= {"confidence": 0.9, "metrics": {"m": {"mean": 0.3, "threshold": 0.1, "pass_rate": 0.5}}}
     gates = Gates().merged(validate_marker((), values, "w"), "marker")
     assert Gates.from_dict(json.loads(json.dumps(gates.to_dict())), "w") == gates
     assert gates.quantile == ((0.1, 0.2),) and gates.metric_map["m"].pass_rate == 0.5
+    assert gates.subset_accuracy == (("chat", 0.7), ("safety", 0.9)) and gates.pair_gated
 
 
 def test_the_marker_settings_are_apart_from_the_gates():

@@ -33,6 +33,7 @@ from typing import Any
 
 from ..errors import SampleFormatError
 from .fields import map_row
+from .preference import PAIR_RESERVED, Pair, pair_key, parse_pair
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
@@ -166,6 +167,9 @@ class Sample:
     """The score a trainer recorded for this sample (a rollout dump's ``score``): ``--reward-replay-tolerance``."""
     unit: str = "line"
     """What ``line`` counts: ``"line"`` (JSONL) or ``"row"`` (a dataset: ``sources.read_samples``)."""
+    pair: Pair | None = None
+    """A preference pair (:mod:`.preference`): the line's ``chosen`` and ``rejected``; ``messages`` is then the
+    context with the chosen response, for the reports."""
 
     @property
     def has_ground_truth(self) -> bool:
@@ -196,7 +200,12 @@ class Sample:
         granularity and every xdist worker sees the same keys). A sample read with ``keys=False`` has the empty
         key; one built outside a file is its own first occurrence."""
         if self._key is None:
-            self._key = f"id:{self.id}" if self.id is not None else "q:" + question_hash(self)
+            if self.id is not None:
+                self._key = f"id:{self.id}"
+            elif self.pair is not None:
+                self._key = pair_key(self.pair, self.ground_truth, self.kwargs, self.has_ground_truth)
+            else:
+                self._key = "q:" + question_hash(self)
         return self._key
 
     @property
@@ -204,7 +213,7 @@ class Sample:
         """Short hash of the final assistant turn, the answer being scored (:func:`response_hash`); None when
         there is none (a prompt-only sample) or the sample was read with ``keys=False``."""
         if self._response is _MISSING:
-            self._response = response_hash(self.messages)
+            self._response = None if self.pair is not None else response_hash(self.messages)
         return self._response  # type: ignore[no-any-return]
 
 
@@ -291,7 +300,15 @@ class _Keys:
 
     def __call__(self, item: Sample | SampleError) -> Sample | SampleError:
         # What Sample.key and Sample.response_hash compute, inline: this runs once per line of a stored run.
-        if type(item) is Sample:
+        if type(item) is Sample and item.pair is not None:
+            item._response = None  # a pair's responses are part of its key: the key changes when they do
+            if item.id is None:
+                key = pair_key(item.pair, item.ground_truth, item.kwargs, item.has_ground_truth)
+                n = self.seen[key] = self.seen.get(key, 0) + 1
+                item._key = key if n == 1 else f"{key}#{n}"
+            else:
+                item._key = f"id:{item.id}"
+        elif type(item) is Sample:
             messages = item.messages
             last = messages[-1] if messages else None
             if type(last) is dict and last.get("role") == "assistant":
@@ -450,6 +467,8 @@ def parse_record(record: Any, path: Path, line: int) -> Sample:
     """Validate one decoded JSON value. Raises ``SampleFormatError`` naming the offending field."""
     if not isinstance(record, dict):
         raise SampleFormatError(f"each line must be a JSON object, got {type(record).__name__}")
+    if "chosen" in record or "rejected" in record:
+        return _pair_sample(record, path, line)
     if "messages" not in record and "prompt" not in record and ("input" in record or "output" in record):
         if "input" in record and "output" in record:
             return _verl_dump_row(record, path, line)  # a verl dump row: input and output, no messages, no prompt
@@ -486,6 +505,16 @@ def parse_record(record: Any, path: Path, line: int) -> Sample:
     if prompt is not None and messages is not None:
         raise SampleFormatError("give either 'messages' or 'prompt', not both")
 
+    sample_id = _sample_id(record)
+    ground_truth = _ground_truth(record)
+    expect = parse_expect(record["expect"]) if "expect" in record else None
+    kwargs = {k: v for k, v in record.items() if k not in _RESERVED}
+    # Positional (cheaper than keywords, once per sample): path, line, id, messages, prompt, ground_truth,
+    # expect, kwargs, record.
+    return Sample(path, line, sample_id, messages, prompt, ground_truth, expect, kwargs, record)
+
+
+def _sample_id(record: dict[str, Any]) -> str | None:
     sample_id = record.get("id")
     if sample_id is not None:
         if isinstance(sample_id, bool) or not isinstance(sample_id, (str, int)):
@@ -493,17 +522,27 @@ def parse_record(record: Any, path: Path, line: int) -> Sample:
         sample_id = str(sample_id)
         if not sample_id.strip():
             raise SampleFormatError("'id' is empty")
+    return sample_id
 
+
+def _ground_truth(record: dict[str, Any]) -> Any:
     ground_truth = record.get("ground_truth", _MISSING)
     if "ground_truth_for_eval" in record:
         if ground_truth is not _MISSING:
             raise SampleFormatError("give either 'ground_truth' or 'ground_truth_for_eval', not both")
         ground_truth = record["ground_truth_for_eval"]
-    expect = parse_expect(record["expect"]) if "expect" in record else None
-    kwargs = {k: v for k, v in record.items() if k not in _RESERVED}
-    # Positional (cheaper than keywords, once per sample): path, line, id, messages, prompt, ground_truth,
-    # expect, kwargs, record.
-    return Sample(path, line, sample_id, messages, prompt, ground_truth, expect, kwargs, record)
+    return ground_truth
+
+
+def _pair_sample(record: dict[str, Any], path: Path, line: int) -> Sample:
+    """A preference pair (:func:`.preference.parse_pair`) as the sample that carries it: ``messages`` the context
+    and the chosen response (what reports show), the pair itself in ``Sample.pair``."""
+    pair = parse_pair(record)
+    sample_id = _sample_id(record) if "id" in record else None
+    ground_truth = _ground_truth(record)
+    kwargs = {k: v for k, v in record.items() if k not in PAIR_RESERVED}
+    messages = [*pair.context, *pair.chosen]
+    return Sample(path, line, sample_id, messages, None, ground_truth, None, kwargs, record, pair=pair)
 
 
 def _verl_dump_row(record: dict[str, Any], path: Path, line: int) -> Sample:
@@ -583,7 +622,13 @@ def _read_line(
     if text.count("[") + text.count("{") > MAX_DEPTH and _deeper_than(record, MAX_DEPTH):
         return SampleError(path, lineno, _TOO_DEEP)
     try:
-        if type(record) is dict and (fields or "messages" not in record) and _foreign(record, fields):
+        if (
+            type(record) is dict
+            and (fields or "messages" not in record)
+            and "chosen" not in record
+            and "rejected" not in record
+            and _foreign(record, fields)
+        ):
             record = map_row(record, fields)
         return parse_record(record, path, lineno)
     except SampleFormatError as exc:

@@ -16,6 +16,11 @@ line all read that table.
   ``confidence`` interval on its side (seeded percentile bootstrap for the mean, Wilson score for the rate), not
   for the point estimate.
 * ``metrics``: the per-metric gate kinds per named metric.
+* ``pair_accuracy``, ``subset_accuracy``, ``mean_margin``: the gates of preference files (``chosen`` / ``rejected``
+  lines, :mod:`pytest_reward.judge.preference`): the share of pairs the reward ranks right (Wilson score interval
+  with ``confidence=``), the same per named subset (``{subset: rate}``), the mean margin (bootstrap). They are
+  judged on preference files only, and the gates above on samples files only (:attr:`GateKind.pairs`); with one
+  of them declared a wrong pair is left to the gates, as a threshold miss is to ``pass_rate``.
 
 The marker's own settings (:class:`Marker`, apart from its gates):
 
@@ -62,10 +67,13 @@ __all__ = [
 
 AT_LEAST, AT_MOST = "at least", "at most"
 
-INTERVAL_METHODS = {"bootstrap": ("mean", "percentile bootstrap"), "wilson": ("pass_rate", "Wilson score")}
-"""The intervals a gate may be judged on when ``confidence=`` is set: method -> (the statistic it is an interval of,
-its name in help texts). A seeded percentile bootstrap of the mean, a Wilson score interval of the pass rate
-(:mod:`pytest_reward.judge.stats`)."""
+INTERVAL_METHODS = {
+    "bootstrap": (("mean",), "percentile bootstrap"),
+    "wilson": (("pass_rate", "pair_accuracy", "subset_accuracy"), "Wilson score"),
+}
+"""The intervals a gate may be judged on when ``confidence=`` is set: method -> (the statistics it is an interval
+of, its name in help texts). A seeded percentile bootstrap of the mean, a Wilson score interval of a rate: the
+pass rate, or a preference file's accuracy (:mod:`pytest_reward.judge.stats`)."""
 
 
 @dataclass(frozen=True)
@@ -89,13 +97,16 @@ class GateKind:
     """Whether ``metrics={name: {...}}`` takes it too."""
     help: str
     """One line for the marker's help text."""
+    pairs: bool = False
+    """Judged on preference files (:mod:`pytest_reward.data.preference`: ``chosen`` / ``rejected`` lines) instead
+    of samples files: the gates of one kind of file say nothing of the other (a function may meet both)."""
 
     def __post_init__(self) -> None:
         if self.direction not in (AT_LEAST, AT_MOST):
             raise ValueError(f"gate kind {self.key!r}: direction must be {AT_LEAST!r} or {AT_MOST!r}")
-        if self.value not in ("number", "rate", "levels"):
-            raise ValueError(f"gate kind {self.key!r}: value must be 'number', 'rate' or 'levels'")
-        if self.interval is not None and INTERVAL_METHODS.get(self.interval, ("",))[0] != self.statistic:
+        if self.value not in ("number", "rate", "levels", "subsets"):
+            raise ValueError(f"gate kind {self.key!r}: value must be 'number', 'rate', 'levels' or 'subsets'")
+        if self.interval is not None and self.statistic not in INTERVAL_METHODS.get(self.interval, ((),))[0]:
             raise ValueError(f"gate kind {self.key!r}: no {self.interval!r} interval of the {self.statistic}")
 
     @property
@@ -106,6 +117,11 @@ class GateKind:
     @property
     def levels(self) -> bool:
         return self.value == "levels"
+
+    @property
+    def keyed(self) -> bool:
+        """Its value is one bound per level or per subset (``{q: bound}``, ``{subset: rate}``)."""
+        return self.value in ("levels", "subsets")
 
     @property
     def upper(self) -> bool:
@@ -120,12 +136,14 @@ class GateKind:
     @property
     def empty(self) -> Any:
         """The value an undeclared gate of this kind reads as."""
-        return () if self.levels else None
+        return () if self.keyed else None
 
     def parse(self, value: Any, where: str) -> Any:
         """The marker's value for this kind, checked; ``GateError`` naming ``where`` otherwise."""
         if self.value == "levels":
             return _quantiles(value, self.key, where)
+        if self.value == "subsets":
+            return _subsets(value, self.key, where)
         if self.value == "rate":
             return _unit(value, self.key, where)
         return _number(value, self.key, where)
@@ -135,19 +153,34 @@ class GateKind:
         levels)."""
         if self.levels:
             return [(f"{self.key}({q:g})", q, b) for q, b in bound]
+        if self.value == "subsets":
+            return [(f"{self.key}({name})", name, b) for name, b in bound]
         return [(self.key, None, bound)]
 
-    def label(self, level: float | None = None) -> str:
-        """What a report calls the bounded statistic (``mean`` for ``max_mean``, ``quantile(0.1)``)."""
-        return self.statistic if level is None else f"{self.statistic}({level:g})"
+    def label(self, level: float | str | None = None) -> str:
+        """What a report calls the bounded statistic (``mean`` for ``max_mean``, ``quantile(0.1)``,
+        ``subset_accuracy(safety)``)."""
+        if level is None:
+            return self.statistic
+        return f"{self.statistic}({level})" if isinstance(level, str) else f"{self.statistic}({level:g})"
 
-    def measured(self, stats: Any, level: float | None = None) -> float | None:
-        """The statistic's value in a group's summary (or a metric's), None when it has none."""
+    def measured(self, stats: Any, level: float | str | None = None) -> float | None:
+        """The statistic's value in a group's summary (or a metric's), None when it has none. The accuracies are
+        in a preference file's summary (``Summary.preference``: ``accuracy``, ``subsets[name]["accuracy"]``)."""
         if self.levels:
             return stats.quantiles.get(f"{level:g}")
+        if self.statistic in ("pair_accuracy", "subset_accuracy"):
+            preference = getattr(stats, "preference", None)
+            if not preference:
+                return None
+            if self.statistic == "pair_accuracy":
+                return preference["accuracy"]  # type: ignore[no-any-return]
+            return preference["subsets"].get(level, {}).get("accuracy")  # type: ignore[no-any-return]
         return getattr(stats, self.statistic, None)
 
     def usage(self) -> str:
+        if self.value == "subsets":
+            return f"{self.key}={{subset: rate}}"
         return f"{self.key}={{q: bound}}" if self.levels else self.key
 
 
@@ -171,6 +204,21 @@ GATE_KINDS: tuple[GateKind, ...] = (
     GateKind(
         key="quantile", statistic="quantile", direction=AT_LEAST, value="levels", interval=None, per_metric=True,
         help="the q-quantile of the scores must be at least its bound",
+    ),
+    GateKind(
+        key="pair_accuracy", statistic="pair_accuracy", direction=AT_LEAST, value="rate", interval="wilson",
+        per_metric=False, pairs=True,
+        help="preference files: the share of pairs whose chosen response scores above every rejected one",
+    ),
+    GateKind(
+        key="subset_accuracy", statistic="subset_accuracy", direction=AT_LEAST, value="subsets",
+        interval="wilson", per_metric=False, pairs=True,
+        help="preference files: the pair accuracy of each named subset (the pairs' 'subset' field)",
+    ),
+    GateKind(
+        key="mean_margin", statistic="mean", direction=AT_LEAST, value="number", interval="bootstrap",
+        per_metric=False, pairs=True,
+        help="preference files: the mean margin (chosen minus the best rejected score) must be at least this",
     ),
 )  # fmt: skip
 """Every gate kind, in the order the marker's help, validation errors and reports list them."""
@@ -296,9 +344,20 @@ class _Bounds:
         """The quantile levels its gates bound."""
         return {q for kind, bound in self.declared() if kind.levels for q, _ in bound}
 
-    def intervals(self) -> set[str]:
-        """The interval methods its gates are judged on when ``confidence=`` is set."""
-        return {kind.interval for kind, _ in self.declared() if kind.interval}
+    def intervals(self, pairs: bool | None = None) -> set[str]:
+        """The interval methods its gates are judged on when ``confidence=`` is set (``pairs``: of the gates of
+        preference files only, True, or of samples files only, False)."""
+        return {
+            kind.interval
+            for kind, _ in self.declared()
+            if kind.interval and (pairs is None or kind.pairs == pairs)
+        }
+
+    @property
+    def pair_gated(self) -> bool:
+        """Whether a gate of preference files is declared: a wrong pair is then left to the gates (as a threshold
+        miss is to ``pass_rate``), else it fails."""
+        return any(kind.pairs for kind, _ in self.declared())
 
     @property
     def has_aggregate(self) -> bool:
@@ -306,7 +365,7 @@ class _Bounds:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            kind.key: {str(q): b for q, b in bound} if kind.levels else bound
+            kind.key: {str(q): b for q, b in bound} if kind.keyed else bound
             for kind, bound in self.declared()
         }
 
@@ -455,6 +514,19 @@ def _quantiles(value: Any, key: str, where: str) -> tuple[tuple[float, float], .
                 raise _fail(where, f"{key} key {q!r} is not a number") from None
         qf = _unit(q, f"{key} key", where, open_interval=True)
         out.append((qf, _number(bound, f"{key}[{qf:g}]", where)))
+    return tuple(sorted(out))
+
+
+def _subsets(value: Any, key: str, where: str) -> tuple[tuple[str, float], ...]:
+    if not isinstance(value, Mapping) or not value:
+        raise _fail(
+            where, f"{key} must be a non-empty dict {{subset: rate}}, e.g. {{'safety': 0.9}}, got {value!r}"
+        )
+    out = []
+    for name, bound in value.items():
+        if not isinstance(name, str) or not name.strip():
+            raise _fail(where, f"{key} keys are subset names (non-empty strings), got {name!r}")
+        out.append((name, _unit(bound, f"{key}[{name!r}]", where)))
     return tuple(sorted(out))
 
 

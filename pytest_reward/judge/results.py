@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from .gates import GateKind, Gates, MetricGates, gate_kind
+from .preference import PairStats
 
 if TYPE_CHECKING:
     from ..data.samples import Expect
@@ -101,7 +102,7 @@ class SampleOutcome:
         if "runs" in self.extra:
             row["runs"] = self.extra["runs"]
             row["spread"] = self.extra.get("spread")
-        for key in ("responses", "response_scores", "target"):
+        for key in ("responses", "response_scores", "target", "pair"):
             if key in self.extra:
                 row[key] = self.extra[key]
         for key, value in self.extra.items():
@@ -385,6 +386,9 @@ class Summary:
     """Of those, the samples whose reward differs from the recorded score by more than the tolerance."""
     rollout: dict[str, float] | None = None
     """Prompt-only samples: responses per prompt and the mean pass@1, pass@n and best-of-n over samples."""
+    preference: dict[str, Any] | None = None
+    """A preference file's (:mod:`pytest_reward.judge.preference`): pairs, accuracy with its Wilson intervals, and
+    each subset's; None for a samples file. Its score statistics (mean, quantiles, histogram) are the margins."""
 
     @property
     def complete(self) -> bool:
@@ -428,11 +432,18 @@ class GroupAccumulator:
         self.metric_values: dict[str, array] = {}
         self.metric_errors: dict[str, int] = {}
         self.metric_pass: dict[str, int] = {}
+        self.pairs: PairStats | None = None
+        """A preference file's pairs (None until one is met)."""
 
     def add(self, outcome: SampleOutcome) -> None:
         self.n += 1
         extra = outcome.extra
-        if extra:  # rollouts (pass@k) and repeated runs (spread)
+        if extra:  # rollouts (pass@k), repeated runs (spread), preference pairs
+            pair = extra.get("pair")
+            if pair is not None:
+                if self.pairs is None:
+                    self.pairs = PairStats()
+                self.pairs.add(pair)
             if "pass@1" in extra:
                 n = extra["n"]
                 for key in dict.fromkeys(("pass@1", f"pass@{n}", "best_of_n")):  # n = 1: pass@1 once
@@ -564,7 +575,35 @@ class GroupAccumulator:
             metrics=metrics,
             histogram=histogram(valid, self.n_errors),
             rollout=self._rollout_summary(),
+            preference=self._preference(valid),
         )
+
+    def _preference(self, margins: Any) -> dict[str, Any] | None:
+        """A preference file's accuracy (:class:`PairStats`) and its margins' distribution (the pairs' scores)."""
+        if self.pairs is None:
+            return None
+        import numpy as np
+
+        gates = self.gates
+        conf = gates.confidence if "wilson" in gates.intervals(pairs=True) else None
+        out = self.pairs.summary(conf)
+        levels = (0.1, 0.25, 0.5, 0.75, 0.9)
+        out["margin"] = (
+            {
+                "n": int(margins.size),
+                "mean": float(margins.mean()),
+                "min": float(margins.min()),
+                "max": float(margins.max()),
+                "quantiles": {
+                    f"{q:g}": float(v) for q, v in zip(levels, np.quantile(margins, levels), strict=True)
+                },
+                "n_negative": int((margins < 0).sum()),
+                "n_zero": int((margins == 0).sum()),
+            }
+            if margins.size
+            else None
+        )
+        return out
 
     def _rollout_summary(self) -> dict[str, float] | None:
         if not self.rollout_counts:
@@ -600,22 +639,29 @@ _INTERVAL_FIELDS = {"bootstrap": ("gate_mean_ci", "mean_ci"), "wilson": ("gate_p
 
 
 def _label(gate: str) -> str:
-    """What a report calls the statistic the gate ``gate`` bounds (``mean`` for ``max_mean``); the gate's own name
-    when no kind of the table has it (a stored run's)."""
+    """What a report calls the statistic the gate ``gate`` bounds (``mean`` for ``max_mean``, ``mean margin`` for
+    ``mean_margin``); the gate's own name when no kind of the table has it (a stored run's)."""
     try:
         kind = gate_kind(gate)
     except KeyError:
         return gate
-    return kind.label(float(gate.partition("(")[2].rstrip(")"))) if kind.levels else kind.label()
+    level = gate.partition("(")[2][:-1]
+    if kind.levels:
+        return kind.label(float(level))
+    if kind.value == "subsets":
+        return kind.label(level)
+    return "mean margin" if kind.key == "mean_margin" else kind.label()
 
 
-def _declared(gates: Gates) -> list[tuple[str | None, GateKind, str, float | None, float]]:
-    """Every aggregate gate of ``gates``: (metric name or None for the score, kind, gate name, level, bound), the
-    score's first, each in table order."""
+def _declared(
+    gates: Gates, pairs: bool = False
+) -> list[tuple[str | None, GateKind, str, float | str | None, float]]:
+    """Every aggregate gate of ``gates`` for a samples file (``pairs``: for a preference file): (metric name or
+    None for the score, kind, gate name, level, bound), the score's first, each in table order."""
     out = []
     for metric, bounds in ((None, gates), *gates.metrics):
         for kind, bound in bounds.declared():
-            if kind.aggregate:
+            if kind.aggregate and kind.pairs == pairs:
                 out.extend((metric, kind, name, level, b) for name, level, b in kind.gates(bound))
     return out
 
@@ -640,15 +686,34 @@ def _judged(
     return GateResult(target, name, bound, value, compared, interval, passed=compared >= bound)
 
 
-def declares_gates(gates: Gates) -> bool:
+def declares_gates(gates: Gates, pairs: bool = False) -> bool:
     """Whether ``gates`` ask anything of a group: a per-sample threshold or an aggregate gate, on the score or on a
-    metric. A group with none has no verdict to give (its samples can still fail: an error, a missed ``expect``)."""
-    return bool(gates.bounds) or any(m.bounds for _, m in gates.metrics)
+    metric. A group with none has no verdict to give (its samples can still fail: an error, a missed ``expect``).
+    A preference file's group (``pairs``) always has one: each pair is a test of its own (chosen > rejected)."""
+    if pairs:
+        return True
+    return any(not kind.pairs for kind, _ in gates.declared()) or any(m.bounds for _, m in gates.metrics)
+
+
+def _pair_interval(summary: Summary, kind: GateKind, level: float | str | None) -> dict[str, Any] | None:
+    preference = summary.preference or {}
+    if kind.statistic == "subset_accuracy":
+        return preference.get("subsets", {}).get(level, {}).get("gate_ci")  # type: ignore[no-any-return]
+    return preference.get("gate_ci")
+
+
+def _missing_subset(summary: Summary, target: str, name: str, bound: float, subset: Any) -> GateResult:
+    known = ", ".join(summary.preference["subsets"]) if summary.preference else ""
+    note = f"no pairs of subset {subset!r} in this file" + (
+        f" (its subsets: {known})" if known else " (no pair has a subset)"
+    )
+    return GateResult(target, name, bound, passed=False, note=note)
 
 
 def evaluate_gates(summary: Summary, gates: Gates) -> list[GateResult]:
-    """Evaluate every aggregate gate of ``gates`` on ``summary``."""
-    declared = _declared(gates)
+    """Evaluate every aggregate gate of ``gates`` on ``summary``: a samples file's gates, or a preference file's
+    (``summary.preference``; :attr:`GateKind.pairs`)."""
+    declared = _declared(gates, pairs=summary.preference is not None)
     if not summary.complete:
         note = f"partial run ({summary.n} of {summary.expected} samples ran)"
         return [
@@ -664,8 +729,13 @@ def evaluate_gates(summary: Summary, gates: Gates) -> list[GateResult]:
     for metric, kind, name, level, bound in declared:
         stats: Summary | MetricSummary | None = summary if metric is None else summary.metrics.get(metric)
         value = kind.measured(stats, level) if stats is not None else None
+        if value is None and kind.value == "subsets":
+            results.append(_missing_subset(summary, _target(metric), name, bound, level))
+            continue
         interval = None
-        if kind.interval is not None and stats is not None:
+        if kind.statistic in ("pair_accuracy", "subset_accuracy"):
+            interval = _pair_interval(summary, kind, level) if gates.confidence is not None else None
+        elif kind.interval is not None and stats is not None:
             interval = getattr(stats, _INTERVAL_FIELDS[kind.interval][metric is not None])
         results.append(_judged(_target(metric), kind, name, bound, value, interval))
     return results

@@ -29,6 +29,7 @@ from .items import (
     FileItem,
     LineErrorItem,
     ModelFileItem,
+    PairItem,
     RolloutSampleItem,
     SampleItem,
     may_use_model,
@@ -256,12 +257,19 @@ class SamplesFile(pytest.File):
             invoker = Invoker.of(fn, label, settings)
             ledger = ledgers.get(fn.name)
             batch = (
-                BatchScheduler(invoker, [s for s in samples if not s.prompt_only], settings.batch_size)
+                BatchScheduler(
+                    invoker, [s for s in samples if s.pair is None and not s.prompt_only], settings.batch_size
+                )
                 if invoker.batch
                 else None
             )
             for sample in samples:
                 name = f"{fn.name}[{sample.label}]"
+                if sample.pair is not None:
+                    yield PairItem.from_parent(
+                        self, name=name, fn=fn, invoker=invoker, sample=sample, group=groups[fn.name], ledger=ledger
+                    )
+                    continue
                 if sample.prompt_only:
                     if fixtureinfo is None:
                         # The same for every rollout item of this file: resolved once, not per item.
@@ -288,7 +296,7 @@ class SamplesFile(pytest.File):
                     batch=batch,
                     ledger=ledger,
                 )
-        prompt_only = [s for s in samples if s.prompt_only]
+        prompt_only = [s for s in samples if s.pair is None and s.prompt_only]
         if prompt_only:
             rs.rollouts.register(pool_key, prompt_only)
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ..judge.results import BELOW, SampleOutcome
+from ..judge.wire import OUTCOME_FIELDS
 from ..report.text import visible
 from .pytest_private import TerminalRepr, TerminalWriter
 
@@ -110,5 +111,11 @@ def below_status(report: pytest.TestReport) -> tuple[str, str, str] | None:
     """The terminal status of a sample that missed its threshold but is tolerated by a pass-rate gate."""
     data = getattr(report, "reward", None)
     if report.when == "call" and report.passed and data and data.get("verdict") == BELOW:
+        outcomes = data.get("outcomes") or ()
+        if outcomes and "pair" in outcomes[0][_EXTRA]:
+            return "wrong pair", "w", "WRONG PAIR"
         return "below threshold", "b", "BELOW THRESHOLD"
     return None
+
+
+_EXTRA = OUTCOME_FIELDS.index("extra")

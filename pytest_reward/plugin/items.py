@@ -1,4 +1,5 @@
-"""Test items: a reward function on one sample, on a whole samples file, a malformed line, an ``Evaluation``.
+"""Test items: a reward function on one sample, on one preference pair, on a whole samples file, a malformed line,
+an ``Evaluation``.
 
 Each item's ``runtest`` scores, records the outcome as report data (:mod:`pytest_reward.judge.wire`) and raises
 :class:`~pytest_reward.plugin.failure.RewardFailure` for a failing verdict; the collectors that build them are in
@@ -27,6 +28,7 @@ from ..probes.ledger import FileScores, SampleScores
 from ..reward.call import describe_exception
 from ..scoring.executors import RewardExecutorWarning, ShipError
 from ..scoring.invoker import Invoker, Passed, error_outcome
+from ..scoring.pairs import PairFolder, pair_outcome, response_names, response_samples
 from .failure import RewardFailure, RewardRepr, describe_outcome, user_frames
 from .pytest_private import TerminalRepr, structured_node_id
 from .session import REWARD_DATA, RewardSession, session_key
@@ -40,6 +42,7 @@ __all__ = [
     "FileItem",
     "LineErrorItem",
     "ModelFileItem",
+    "PairItem",
     "RolloutSampleItem",
     "SampleItem",
     "apply_marks",
@@ -122,12 +125,18 @@ class _OneSample(_Located):
         self.outcome: SampleOutcome | None = None
         apply_marks(self, fn)  # type: ignore[arg-type]
 
-    def _record(self, outcome: SampleOutcome, rollouts: list[float] | None = None) -> None:
+    def _record(
+        self,
+        outcome: SampleOutcome,
+        rollouts: list[float] | None = None,
+        probed: tuple[float | None, bool] | None = None,
+    ) -> None:
         # The full row goes to results.jsonl now; the item, its report and the controller keep bounded texts
         # (memory stays flat when a reward returns megabytes of reason on thousands of samples).
+        # ``probed``: the score and verdict the probes compare with, when not the outcome's (a pair's chosen one).
         row = self.config.stash[session_key].write_row(row_json(outcome))
         if self.ledger is not None:
-            self.ledger.record(self.sample, outcome.score, outcome.verdict == PASS)
+            self.ledger.record(self.sample, *(probed or (outcome.score, outcome.verdict == PASS)))
         self.outcome = bound_texts(outcome)
         if outcome.score is not None:
             self.user_properties.append(("reward.score", outcome.score))
@@ -225,6 +234,97 @@ class SampleItem(_OneSample, _RewardItem):
         context = describe_outcome(outcome, self.fn, self.config.get_verbosity()) if outcome else []
         headline = f"{self.fn.name} raised {describe_exception(excinfo.value)}"
         return self._crash_repr(excinfo, headline.splitlines()[0], context)
+
+
+class PairItem(_OneSample, _RewardItem):
+    """One reward function on one preference pair (:mod:`pytest_reward.scoring.pairs`): every response scored, the
+    pair right when the chosen one scores above every rejected one."""
+
+    def __init__(
+        self,
+        *,
+        fn: RewardFn,
+        invoker: Invoker,
+        sample: Sample,
+        group: dict[str, Any],
+        ledger: SampleScores | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self._setup(fn, invoker, sample, group)
+        self.ledger = ledger
+
+    def runtest(self) -> None:
+        __tracebackhide__ = True
+        sample, invoker = self.sample, self.invoker
+        responses = response_samples(sample)
+        start = time.perf_counter()
+        if invoker.batch:
+            scored = invoker.score_chunk(responses)
+        else:
+            scored = [invoker.score_one(response) for response in responses]
+        outcome = pair_outcome(
+            invoker,
+            sample,
+            [(o.score, o.reason, o.error or (o.failures[0] if o.failures else None)) for o in scored],
+            time.perf_counter() - start,
+        )
+        self._record(outcome, probed=(scored[0].score, scored[0].verdict == PASS))
+        if outcome.verdict == FAIL:
+            __tracebackhide__ = True
+            width = 400 if self.config.get_verbosity() > 0 else 120
+            raise RewardFailure(outcome.failures[0], pair_panel(outcome, sample, self.fn, width))
+
+    def repr_failure(
+        self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None
+    ) -> str | TerminalRepr:
+        verdict = self._verdict_repr(excinfo)
+        if verdict is not None:
+            return verdict
+        headline = f"{self.fn.name} raised {describe_exception(excinfo.value)}"
+        return self._crash_repr(excinfo, headline.splitlines()[0], [])
+
+
+def _shown(text: Any, width: int) -> str:
+    if not isinstance(text, str):
+        text = json.dumps(text, ensure_ascii=False, default=str)
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _turns(messages: Sequence[dict[str, Any]], width: int) -> str:
+    if len(messages) == 1:
+        return _shown(messages[0].get("content"), width)
+    return _shown(" | ".join(f"{m.get('role')}: {_shown(m.get('content'), width)}" for m in messages), width)
+
+
+def pair_panel(outcome: SampleOutcome, sample: Sample, fn: RewardFn, width: int) -> list[str]:
+    """The failure panel of a pair: where it is, the context, each response with its score (and reason), why."""
+    pair = sample.pair
+    assert pair is not None
+    info = outcome.extra["pair"]
+    lines = [
+        f"  pair       {outcome.file}:{outcome.line}  [{outcome.sample_id}]"
+        + (f"  subset {pair.subset}" if pair.subset else ""),
+        f"  function   {fn.name}  ({fn.path.name}:{fn.lineno})",
+    ]
+    for message in pair.context:
+        lines.append(f"  {message.get('role')!s:<10} {_shown(message.get('content'), width)}")
+    if not pair.context:
+        lines.append("  context    ∅ (the pair has no prompt)")
+    names = response_names(sample)
+    name_w = max(10, *(len(n) for n in names))
+    for name, response, score, reason in zip(names, pair.responses, info["scores"], info["reasons"], strict=True):
+        shown = "error" if score is None else f"{score:.4g}"
+        lines.append(f"  {name:<{name_w}} score {shown:<8} {_turns(response, width)}")
+        if reason:
+            lines.append(f"  {'':<{name_w}} reason {_shown(reason, width)}")
+    if outcome.ground_truth is not None:
+        lines.append(f"  truth      {_shown(outcome.ground_truth, width)}")
+    if outcome.score is not None:
+        lines.append(f"  margin     {outcome.score:.4g} (chosen minus the best rejected score)")
+    lines.append(f"  why        {outcome.failures[0]}")
+    return lines
 
 
 class LineErrorItem(_RewardItem):
@@ -367,7 +467,7 @@ class _FileRun:
             warn_truth_lookalike(first, self.fn, self.path)
             records = itertools.chain((first,), records)
         for record in records:
-            if record.__class__ is Sample and record.id is None:
+            if record.__class__ is Sample and record.id is None and record.pair is None:
                 messages = record.messages
                 if messages and messages[-1].get("role") != "user":  # the usual sample: answered, no id to check
                     if own is not None:
@@ -396,6 +496,9 @@ class _FileRun:
                 own.note(record, scored=problem is None)
             if problem is not None:
                 yield error_outcome(fn_name, label, record, problem)
+                continue
+            if record.pair is not None:  # every response, in order: the stream's outcomes are folded back
+                yield from response_samples(record)
                 continue
             yield record
         if prompts:
@@ -449,8 +552,23 @@ class _FileRun:
         add_pass, passed_outcome, previews = acc.add_pass, invoker.passed_outcome, reservoir.size > 0
         own = self.ledger if self.ledger is not None and self.ledger.start() else None
         self._recording = own
+        # A preference pair's responses come back one by one: folded into the pair's outcome (the probes' ledger
+        # keeps the chosen response's score, the one they mutate).
+        folder = PairFolder(invoker, (lambda s, score, ok: own.record(s.line, score, ok)) if own else None)
+        fold = folder.add
         try:
             for outcome in self._outcomes(notes, passes):
+                if outcome.__class__ is tuple:
+                    if outcome[0].pair is not None:
+                        outcome = fold(outcome)
+                        if outcome is None:
+                            continue
+                else:
+                    held = outcome.sample
+                    if held is not None and held.pair is not None:
+                        outcome = fold(outcome)
+                        if outcome is None:
+                            continue
                 if outcome.__class__ is tuple:
                     score = outcome[1]
                     if own is not None:
@@ -495,7 +613,7 @@ class _FileRun:
                     n_failing += 1
                     if len(failing) < self.WORST:
                         failing.append(outcome)
-                elif outcome.score is not None:
+                elif outcome.score is not None and outcome.score < bar:
                     lowest.append(outcome)
                     if len(lowest) > 4 * worst:
                         lowest.sort(key=_by_score)
@@ -545,9 +663,8 @@ class _FileRun:
                 )
             if n_failing > len(failing):
                 lines.append(f"  … and {n_failing - len(failing)} more")
-            raise RewardFailure(
-                f"{n_failing} of {summary.n} samples failed ({self.fn.name} on {label})", lines
-            )
+            what = "samples" if summary.preference is None else "pairs"
+            raise RewardFailure(f"{n_failing} of {summary.n} {what} failed ({self.fn.name} on {label})", lines)
 
     def repr_failure(
         self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None
@@ -583,6 +700,12 @@ class RecordColumns:
         c["id"].append(outcome.sample_id)
         c["line"].append(outcome.line)
         c["response"].append(outcome.response_hash)
+        pair = outcome.extra.get("pair") if outcome.extra else None
+        if pair is not None or "credit" in c:  # a preference file: each pair's credit and subset (compare flips)
+            if "credit" not in c:
+                c["credit"], c["subset"] = [None] * (len(c["key"]) - 1), [None] * (len(c["key"]) - 1)
+            c["credit"].append(pair["credit"] if pair is not None else None)
+            c["subset"].append(pair["subset"] if pair is not None else None)
 
 
 def _kept(outcome: SampleOutcome) -> SampleOutcome:

@@ -604,7 +604,8 @@ class Settings:
         "args",
         (),
         "Fail when a drop vs the compared run "
-        "exceeds a tolerance: mean:0.02,pass_rate:0.05,sample:0.3 (repeatable).",
+        "exceeds a tolerance: mean:0.02,pass_rate:0.05,sample:0.3; accuracy:0.05 for preference files "
+        "(repeatable).",
         metavar="RULES",
         append=True,
     )

@@ -7,7 +7,7 @@ Names, sample ids and messages are data: each goes in as a code span (:func:`~.t
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..atomic import TEXT_ERRORS
 from .text import md_code, md_text
@@ -43,6 +43,7 @@ def markdown_summary(result: RunResult, exitstatus: int = 0) -> str:
         lines.append(
             f"| {md_code(r.function)} | {md_code(r.file)} | {s.n} | {s.n_errors} | {_f(s.mean)} | {ci} | {rate} | {badge} |"
         )
+    lines += _preference_lines(result)
     failures = [f"{r.function} on {r.file}: {g.describe()}" for r in reports for g in r.failed_gates]
     failures += result.compare_failures
     failures += result.replay_failures
@@ -108,6 +109,74 @@ def markdown_summary(result: RunResult, exitstatus: int = 0) -> str:
             lines += ["", "**Warnings**", ""]
             lines += [f"- ⚠️ {md_text(w)}" for w in warnings]
     return "\n".join(lines) + "\n"
+
+
+def _rate(c: dict[str, Any]) -> str:
+    ci = c.get("ci")
+    return "–" if not ci else f"{c['accuracy']:.3f} [{ci['low']:.3f}, {ci['high']:.3f}]"
+
+
+def _preference_lines(result: RunResult) -> list[str]:
+    """Each preference file's accuracy, overall and per subset (95 % Wilson score intervals), its margins, and
+    what a comparison flipped."""
+    lines: list[str] = []
+    for r in result.groups:
+        p = r.summary.preference
+        if not p:
+            continue
+        if not lines:
+            lines += [
+                "",
+                "**Preference pairs** (accuracy: mean credit, a pair right when its chosen response scores above "
+                "every rejected one; 95% CI: Wilson score; margin: chosen minus the best rejected score)",
+                "",
+                "| function | pairs file | subset | pairs | accuracy [95% CI] | ties | errors |",
+                "| --- | --- | --- | ---: | --- | ---: | ---: |",
+            ]
+        rows = [("all", p), *p["subsets"].items()]
+        for name, c in rows:
+            subset = "all" if name == "all" and c is p else md_code(name)
+            lines.append(
+                f"| {md_code(r.function)} | {md_code(r.file)} | {subset} | {c['n']} | {_rate(c)} | "
+                f"{c['n_tied']} | {c['n_errors']} |"
+            )
+    margins = []
+    for r in result.groups:
+        p = r.summary.preference
+        m = p.get("margin") if p else None
+        if m:
+            q = m["quantiles"]
+            margins.append(
+                f"| {md_code(r.function)} | {md_code(r.file)} | {_f(m['mean'])} | {_f(m['min'])} | {_f(q['0.1'])} | "
+                f"{_f(q['0.5'])} | {_f(q['0.9'])} | {_f(m['max'])} | {m['n_negative']} | {m['n_zero']} |"
+            )
+    if margins:
+        lines += [
+            "",
+            "| function | pairs file | mean margin | min | p10 | median | p90 | max | negative | zero |",
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            *margins,
+        ]
+    for c in result.comparisons:
+        p = c.preference
+        if not p or p["before"] is None or p["after"] is None:
+            continue
+        flipped = ", ".join(md_code(str(f["id"] or f["key"]), in_table=False) for f in p["flipped"][:10])
+        more = f" and {p['n_flipped'] - 10} more" if p["n_flipped"] > 10 else ""
+        lines += [
+            "",
+            f"- {md_code(c.function, in_table=False)} on {md_code(c.file, in_table=False)}: accuracy "
+            f"{p['before']:.1%} → {p['after']:.1%}; {p['n_flipped']} pair(s) flipped right → wrong"
+            + (f": {flipped}{more}" if flipped else "")
+            + f"; {p['n_fixed']} fixed",
+        ]
+        for name, sub in p["subsets"].items():
+            if sub["delta"] is not None:
+                lines.append(
+                    f"  - subset {md_code(name, in_table=False)}: {sub['before']:.1%} → {sub['after']:.1%} "
+                    f"({sub['n_flipped']} flipped)"
+                )
+    return lines
 
 
 def append_step_summary(result: RunResult, path: Path, exitstatus: int = 0) -> None:

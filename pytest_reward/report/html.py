@@ -733,6 +733,80 @@ def _group_comparison(cmp: Any, group: dict[str, Any], failures: list[str]) -> s
     return "".join(out)
 
 
+def _accuracy_row(name: str, c: dict[str, Any]) -> str:
+    ci = _dict(c.get("ci"))
+    interval = f"[{_fmt(ci.get('low'))}, {_fmt(ci.get('high'))}]" if ci else "–"
+    return (
+        f'<tr><td class="mono">{_esc(name)}</td><td class="num">{_esc(_fmt(c.get("n")))}</td>'
+        f'<td class="num">{_esc(_g(c.get("credit")))}</td><td class="num">{_esc(_fmt(c.get("accuracy")))}</td>'
+        f'<td class="num">{_esc(interval)}</td><td class="num">{_esc(_fmt(c.get("n_tied")))}</td>'
+        f'<td class="num">{_esc(_fmt(c.get("n_errors")))}</td></tr>'
+    )
+
+
+def _preference(p: Any) -> str:
+    """A preference file's accuracy, overall and per subset, and its margins' distribution."""
+    if not isinstance(p, dict):
+        return ""
+    rows = [_accuracy_row("all pairs", p)]
+    rows += [_accuracy_row(str(name), _dict(c)) for name, c in _dict(p.get("subsets")).items()]
+    head = ["subset", ">pairs", ">credit", ">accuracy", ">95% CI (Wilson score)", ">ties", ">errors"]
+    out = [
+        "<h3>Preference pairs</h3>",
+        '<p class="muted">accuracy: mean credit over the pairs (1 when the chosen response scores strictly above '
+        "every rejected one; a tie 0, or 1/k at the top of a best-of-n set; an errored pair 0)</p>",
+        _table(head, rows, "rows"),
+    ]
+    m = _dict(p.get("margin"))
+    if m:
+        q = _dict(m.get("quantiles"))
+        cells = [
+            ("pairs scored", _fmt(m.get("n"))),
+            ("mean", _fmt(m.get("mean"))),
+            ("min", _fmt(m.get("min"))),
+            *((f"quantile({k})", _fmt(v)) for k, v in q.items()),
+            ("max", _fmt(m.get("max"))),
+            ("negative / zero", f"{_fmt(m.get('n_negative'))} / {_fmt(m.get('n_zero'))}"),
+        ]
+        body = "".join(f'<tr><th>{_esc(k)}</th><td class="num">{_esc(v)}</td></tr>' for k, v in cells)
+        out.append(f'<h3>Margins (chosen minus the best rejected score)</h3><table class="agg">{body}</table>')
+    return "".join(out)
+
+
+def _pair_comparison(p: Any) -> str:
+    """A preference file against the baseline: accuracy per subset before → after, the pairs that flipped."""
+    if not isinstance(p, dict):
+        return ""
+    rows = [
+        f'<tr><td class="mono">all pairs</td><td class="num">{_esc(_pct(p.get("before")))} → '
+        f'{_esc(_pct(p.get("after")))}</td><td class="num">{_esc(_fmt(p.get("n_flipped")))}</td>'
+        f'<td class="num">{_esc(_fmt(p.get("n_fixed")))}</td></tr>'
+    ]
+    for name, sub in _dict(p.get("subsets")).items():
+        sub = _dict(sub)
+        rows.append(
+            f'<tr><td class="mono">{_esc(name)}</td><td class="num">{_esc(_pct(sub.get("before")))} → '
+            f'{_esc(_pct(sub.get("after")))}</td><td class="num">{_esc(_fmt(sub.get("n_flipped")))}</td>'
+            f'<td class="num">{_esc(_fmt(sub.get("n_fixed")))}</td></tr>'
+        )
+    out = ["<h3>Pairs versus baseline</h3>", _table(["subset", ">accuracy", ">flipped", ">fixed"], rows, "rows")]
+    for title, key, count in (("Flipped right → wrong", "flipped", "n_flipped"), ("Fixed", "fixed", "n_fixed")):
+        refs = [_dict(r) for r in _list(p.get(key))]
+        if refs:
+            items = [
+                f'<tr><td class="mono">{_esc(r.get("id") or r.get("key"))}</td><td class="num">{_esc(_fmt(r.get("line")))}</td>'
+                f'<td class="mono">{_esc(r.get("subset") or "–")}</td><td class="num">{_esc(_fmt(r.get("margin_before")))} → '
+                f'{_esc(_fmt(r.get("margin_after")))}</td></tr>'
+                for r in refs
+            ]
+            more = _int(p.get(count)) - len(refs)
+            out.append(f"<h3>{title} ({_esc(_fmt(p.get(count)))})</h3>")
+            out.append(_table(["pair", ">line", "subset", ">margin before → after"], items, "rows"))
+            if more > 0:
+                out.append(f'<p class="muted">and {more} more</p>')
+    return "".join(out)
+
+
 def _group(i: int, group: dict[str, Any], run_failures: list[str]) -> tuple[str, int]:
     s = _dict(group.get("summary"))
     function, file = group.get("function"), group.get("file")
@@ -752,7 +826,9 @@ def _group(i: int, group: dict[str, Any], run_failures: list[str]) -> tuple[str,
         + _gates(_list(group.get("gates")))
         + "</div>"
         + _metric_table(s.get("metrics"))
+        + _preference(s.get("preference"))
         + _group_comparison(group.get("comparison"), group, failures)
+        + _pair_comparison(_dict(group.get("comparison")).get("preference"))
         + samples
         + "</div>"
     )

@@ -110,6 +110,53 @@ def _narrow_line(r: GroupResult) -> str:
     )
 
 
+def _rate(counts: dict[str, Any]) -> str:
+    ci = counts["ci"]
+    return f"{counts['accuracy']:.3f} [{ci['low']:.3f}, {ci['high']:.3f}]" if ci else "–"
+
+
+def preference_lines(reports: Sequence[GroupResult]) -> list[str]:
+    """Each preference file's accuracy (with its Wilson interval), its subsets' and its margins' distribution
+    (the table above reads the margins as the scores: n, mean, min, p10)."""
+    lines = []
+    for r in reports:
+        p = r.summary.preference
+        if not p:
+            continue
+        credit = f"{p['credit']:g}" if p["credit"] != int(p["credit"]) else f"{int(p['credit'])}"
+        extra = []
+        if p["n_tied"]:
+            extra.append(f"{p['n_tied']} tied at the top")
+        if p["n_errors"]:
+            extra.append(f"{p['n_errors']} errored")
+        if p["n_best_of_n"]:
+            extra.append(f"{p['n_best_of_n']} best-of-n")
+        lines.append(
+            f"{r.function} on {r.file}: pair accuracy {_rate(p)} ({credit} of {p['n']} pairs"
+            + (f"; {', '.join(extra)}" if extra else "")
+            + ")"
+        )
+        if p["subsets"]:
+            width = max(len("subset"), *(len(name) for name in p["subsets"]))
+            lines.append(f"  {'subset':<{width}}  {'pairs':>5}  accuracy [95% CI]")
+            for name, c in p["subsets"].items():
+                lines.append(f"  {name:<{width}}  {c['n']:>5}  {_rate(c)}")
+        m = p.get("margin")
+        if m:
+            q = m["quantiles"]
+            lines.append(
+                f"  margin (chosen − best rejected): mean {m['mean']:.3f}, min {m['min']:.3f}, p10 {q['0.1']:.3f}, "
+                f"p25 {q['0.25']:.3f}, median {q['0.5']:.3f}, p75 {q['0.75']:.3f}, p90 {q['0.9']:.3f}, "
+                f"max {m['max']:.3f}; {m['n_negative']} negative, {m['n_zero']} zero"
+            )
+    if lines:
+        lines.append(
+            "pair accuracy: mean credit over the pairs (chosen strictly above every rejected response: 1; a tie: 0, "
+            "or 1/k at the top of a best-of-n set), 95% CI: Wilson score; an errored pair counts as wrong."
+        )
+    return lines
+
+
 def terminal_width() -> int:
     """The width to render for: ``COLUMNS`` when set, else the terminal's, else (no terminal: a CI log) 80."""
     return max(40, shutil.get_terminal_size((80, 24)).columns)
@@ -139,6 +186,10 @@ def write_summary(tr: Any, result: RunResult, written: Written, *, dist: str = "
             _line(
                 tr, f"{r.verdict:<7} {r.function} on {r.file}: n={s.n} mean={_fmt(s.mean)} pass rate {rate}"
             )
+    if verbosity >= 0 and any(r.summary.preference for r in reports):
+        for text in preference_lines(reports):
+            for line in _wrap(visible(text), terminal_width()):
+                tr.write_line(line)
     if verbosity >= 0:
         for r in reports:
             ro = r.summary.rollout
@@ -484,6 +535,8 @@ def render_comparison(comparisons: list[Any], baseline: str, *, markup: bool, wi
             ):
                 if total:
                     _print_wrapped(console, f"{where} {label}: {_names(refs, total)}", width, indent="  ")
+        for text in comparison_pair_lines(c):
+            _print_wrapped(console, f"{where} {text}", width, indent="  ")
         for label, items in (("most regressed", c.regressed), ("most improved", c.improved)):
             if items:
                 entries = ", ".join(
@@ -493,6 +546,39 @@ def render_comparison(comparisons: list[Any], baseline: str, *, markup: bool, wi
                 )
                 _print_wrapped(console, f"{where} {label}: {entries}", width, indent="  ")
     return _output(console)
+
+
+def _flips(refs: Sequence[dict[str, Any]], total: int, shown: int = 5) -> str:
+    names = []
+    for f in refs[:shown]:
+        margins = ""
+        if f["margin_before"] is not None and f["margin_after"] is not None:
+            margins = f" margin {f['margin_before']:.3g}→{f['margin_after']:.3g}"
+        names.append(f"{visible(str(f['id'] or f['key']))} (line {f['line']}{margins})")
+    return ", ".join(names) + (f", and {total - len(names)} more" if total > len(names) else "")
+
+
+def comparison_pair_lines(c: Any) -> list[str]:
+    """A preference file's comparison: accuracy before → after (every pair, and per subset) and the pairs that
+    flipped right → wrong or were fixed."""
+    p = c.preference
+    if not p or p["after"] is None or p["before"] is None:
+        return []
+    lines = [f"accuracy {p['before']:.1%} → {p['after']:.1%} ({p['after'] - p['before']:+.1%})"]
+    for name, s in p["subsets"].items():
+        if s["before"] is None or s["after"] is None:
+            side = "new" if s["before"] is None else "removed"
+            lines.append(f"subset {visible(name)}: {side}")
+            continue
+        lines.append(
+            f"subset {visible(name)}: {s['before']:.1%} → {s['after']:.1%} ({s['delta']:+.1%}; "
+            f"{s['n_before']} → {s['n_after']} pairs, {s['n_flipped']} flipped, {s['n_fixed']} fixed)"
+        )
+    if p["n_flipped"]:
+        lines.append(f"flipped right → wrong: {p['n_flipped']}: {_flips(p['flipped'], p['n_flipped'])}")
+    if p["n_fixed"]:
+        lines.append(f"fixed wrong → right: {p['n_fixed']}: {_flips(p['fixed'], p['n_fixed'])}")
+    return lines
 
 
 def render_probe_changes(changes: Sequence[Any], *, markup: bool, width: int) -> str:

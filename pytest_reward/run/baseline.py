@@ -76,7 +76,7 @@ FORMAT = "pytest-reward-run"
 VERSION = 2
 """2: samples without ``id`` keyed by what was asked (``q:…``), a response hash per sample. 1: keyed by their
 whole content (``sha1:…``), no response hashes."""
-RULE_NAMES = ("mean", "pass_rate", "sample")
+RULE_NAMES = ("mean", "pass_rate", "sample", "accuracy")
 #: Samples named in full by a failed ``sample`` rule, and new / removed samples listed per comparison.
 NAMED = 10
 LISTED = 20
@@ -388,6 +388,9 @@ class Comparison:
     warnings: list[str] = field(default_factory=list)
     status: str = "compared"
     """``compared``, ``new`` (no such group in the baseline) or ``removed`` (gone from this run)."""
+    preference: dict[str, Any] | None = None
+    """A preference file's (:func:`_compare_pairs`): accuracy before/after, per subset, and the pairs that flipped
+    (right → wrong) or were fixed (wrong → right). Its pass rate figures are accuracies (mean credit)."""
     _paired: _Paired | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -477,7 +480,8 @@ def _compare_group(
         )
 
     def passes(entries: dict[str, Any], ks: list[str]) -> Any:
-        return np.array([entries[k].get("verdict") == "pass" for k in ks], dtype=float)
+        # a pair's pass is its credit (the pass rate of a preference file is its accuracy)
+        return np.array([_credit(entries[k]) for k in ks], dtype=float)
 
     after, before = scores(cur, keys), scores(old, keys)
     pass_after, pass_before = passes(cur, keys), passes(old, keys)
@@ -532,9 +536,81 @@ def _compare_group(
         else:  # the same samples on both sides: the whole group's change is the paired one
             comp.group_mean_delta, comp.group_mean_delta_strict = comp.mean_delta, comp.mean_delta_strict
             comp.group_pass_rate_delta_ci = comp.pass_rate_delta_ci
+    if any("credit" in e for e in cur.values()) or any("credit" in e for e in old.values()):
+        comp.preference = _compare_pairs(cur, old, keys)
     if comp.poorly_paired:
         comp.warnings.append(_pairing_warning(comp))
     return comp
+
+
+def _credit(entry: Mapping[str, Any]) -> float:
+    credit = entry.get("credit")
+    if credit is not None:
+        return float(credit)
+    return 1.0 if entry.get("verdict") == "pass" else 0.0
+
+
+def _flip_ref(key: str, before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "key": key,
+        "id": after.get("id"),
+        "line": after.get("line"),
+        "subset": after.get("subset"),
+        "credit_before": _credit(before),
+        "credit_after": _credit(after),
+        "margin_before": before.get("score"),
+        "margin_after": after.get("score"),
+    }
+
+
+def _accuracy(entries: Mapping[str, Any], keys: Iterable[str]) -> tuple[int, float | None]:
+    credits = [_credit(entries[k]) for k in keys]
+    return len(credits), (sum(credits) / len(credits) if credits else None)
+
+
+def _compare_pairs(cur: Mapping[str, Any], old: Mapping[str, Any], keys: list[str]) -> dict[str, Any]:
+    """A preference file compared pair by pair: accuracy of the paired pairs and of every pair of each run, per
+    subset too, and the pairs that flipped from right (credit 1) to wrong, or were fixed, by line."""
+    flipped, fixed = [], []
+    for k in keys:
+        before, after = _credit(old[k]), _credit(cur[k])
+        if before == 1.0 and after < 1.0:
+            flipped.append(_flip_ref(k, old[k], cur[k]))
+        elif before < 1.0 and after == 1.0:
+            fixed.append(_flip_ref(k, old[k], cur[k]))
+    flipped.sort(key=lambda f: (f["line"] if isinstance(f["line"], int) else 0, f["key"]))
+    fixed.sort(key=lambda f: (f["line"] if isinstance(f["line"], int) else 0, f["key"]))
+    subsets: dict[str, Any] = {}
+    names = sorted({e["subset"] for e in (*cur.values(), *old.values()) if e.get("subset") is not None})
+    for name in names:
+        now = [k for k, e in cur.items() if e.get("subset") == name]
+        then = [k for k, e in old.items() if e.get("subset") == name]
+        paired = [k for k in keys if cur[k].get("subset") == name]
+        n_after, after = _accuracy(cur, now)
+        n_before, before = _accuracy(old, then)
+        subsets[name] = {
+            "n_before": n_before,
+            "n_after": n_after,
+            "before": before,
+            "after": after,
+            "delta": None if before is None or after is None else after - before,
+            "n_paired": len(paired),
+            "paired_before": _accuracy(old, paired)[1],
+            "paired_after": _accuracy(cur, paired)[1],
+            "n_flipped": sum(1 for f in flipped if f["subset"] == name),
+            "n_fixed": sum(1 for f in fixed if f["subset"] == name),
+        }
+    return {
+        "before": _accuracy(old, old)[1],
+        "after": _accuracy(cur, cur)[1],
+        "paired_before": _accuracy(old, keys)[1],
+        "paired_after": _accuracy(cur, keys)[1],
+        "n_flipped": len(flipped),
+        "flipped": flipped[:LISTED],
+        "n_fixed": len(fixed),
+        "fixed": fixed[:LISTED],
+        "subsets": subsets,
+    }
 
 
 def compare_runs(
@@ -841,7 +917,33 @@ def _sample_rule(comp: Comparison, tol: float, strict: bool) -> str | None:
     return f"{count} samples dropped more than tolerance {tol:g} vs {comp.baseline}: {named}{more}"
 
 
-_RULES = {"mean": _mean_rule, "pass_rate": _pass_rate_rule, "sample": _sample_rule}
+def _accuracy_rule(comp: Comparison, tol: float, strict: bool) -> str | None:
+    """A preference file's accuracy (its pass rate: the ``pass_rate`` rule, strict interval included) or any of
+    its subsets' accuracy (every pair of each run) dropped more than ``tol``; the flipped pairs named."""
+    p = comp.preference
+    if p is None:
+        return None
+    drops = []
+    overall = _pass_rate_rule(comp, tol, strict)
+    if overall is not None:
+        drops.append(overall.replace("pass rate dropped", "accuracy dropped", 1))
+    for name, s in p["subsets"].items():
+        if s["delta"] is not None and exceeds(-s["delta"], tol):
+            drops.append(
+                f"subset {name!r} accuracy dropped {-s['delta']:.4g} ({s['before']:.1%} of {s['n_before']} → "
+                f"{s['after']:.1%} of {s['n_after']} pairs) > tolerance {tol:g} vs {comp.baseline}"
+            )
+    if not drops:
+        return None
+    flips = ""
+    if p["n_flipped"]:
+        named = ", ".join(str(f["id"] or f["key"]) for f in p["flipped"][:NAMED])
+        more = f", and {p['n_flipped'] - NAMED} more" if p["n_flipped"] > NAMED else ""
+        flips = f"; {p['n_flipped']} pair(s) flipped right → wrong: {named}{more}"
+    return "; ".join(drops) + flips
+
+
+_RULES = {"mean": _mean_rule, "pass_rate": _pass_rate_rule, "sample": _sample_rule, "accuracy": _accuracy_rule}
 
 
 def evaluate_rules(comparisons: list[Comparison], rules: list[CompareRule], *, strict: bool) -> list[str]:

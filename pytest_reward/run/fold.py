@@ -122,7 +122,7 @@ class Aggregator:
 
         def group(key: tuple[str, str], summary: Summary, **fields: Any) -> GroupResult:
             declared = self.gates(key[0])
-            gated = declares_gates(declared)
+            gated = declares_gates(declared, pairs=summary.preference is not None)
             if not gated:  # no threshold: every scored sample "passes", which is no pass rate to show
                 summary = replace(summary, pass_rate=None, gate_pass_ci=None)
             gates = tuple(evaluate_gates(summary, declared))

@@ -94,33 +94,42 @@ class GroupResult:
         (``response``: the hash of the sample's answer, or None)."""
         if not self.complete_outcomes and self.record is not None:
             c = self.record
-            return {
+            out = {
                 k: {"score": s, "verdict": v, "id": i, "line": n, "response": r}
                 for k, s, v, i, n, r in zip(
                     c["key"], c["score"], c["verdict"], c["id"], c["line"], c["response"], strict=True
                 )
             }
+            if "credit" in c:  # a preference file: each pair's credit and subset (what a comparison flips)
+                for k, credit, subset in zip(c["key"], c["credit"], c["subset"], strict=True):
+                    _pair_entry(out[k], credit, subset)
+            return out
         if self.complete_outcomes:
-            return {
-                o.key: {
+            out = {}
+            for o in sorted(self.outcomes, key=lambda o: o.line):
+                entry = out[o.key] = {
                     "score": o.score,
                     "verdict": o.verdict,
                     "id": o.sample_id,
                     "line": o.line,
                     "response": o.response_hash,
                 }
-                for o in sorted(self.outcomes, key=lambda o: o.line)
-            }
-        return {
-            row["key"]: {
+                pair = o.extra.get("pair") if o.extra else None
+                if pair is not None:
+                    _pair_entry(entry, pair["credit"], pair["subset"])
+            return out
+        out = {}
+        for row in self.rows():
+            entry = out[row["key"]] = {
                 "score": row["score"],
                 "verdict": row["verdict"],
                 "id": row["id"],
                 "line": row["line"],
                 "response": None,
             }
-            for row in self.rows()
-        }
+            if row.get("pair") is not None:
+                _pair_entry(entry, row["pair"]["credit"], row["pair"]["subset"])
+        return out
 
     def rows(self) -> Iterator[dict[str, Any]]:
         """Every sample's ``results.jsonl`` row, in file order."""
@@ -194,6 +203,14 @@ class GroupResult:
             "summary": {k: v for k, v in summary.items() if k in _RECORD_SUMMARY},
             "samples": self.samples_record(),
         }
+
+
+def _pair_entry(entry: dict[str, Any], credit: float | None, subset: str | None) -> None:
+    """A pair's stored entry: its credit (1 right, 0 wrong, 1/k a best-of-n tie) and its subset, when it has one."""
+    if credit is not None:
+        entry["credit"] = credit
+        if subset is not None:
+            entry["subset"] = subset
 
 
 def _worst_key(outcome: SampleOutcome) -> tuple[int, float, int]:

@@ -425,10 +425,13 @@ class Invoker:
             duration = clock() - start
             judged = rule(result)
             if result.__class__ is float:
-                if passes and judged[0] == PASS:
+                if (passes or sample.pair is not None) and judged[0] == PASS:
                     return sample, result, None, duration
                 return make(sample, judged, True, None, None, duration)
             if passes and judged[0] == PASS and not judged[2]:
+                return sample, judged[1], result.reason, duration  # type: ignore[return-value]
+            if sample.pair is not None and judged[0] == PASS:
+                # a preference pair's response: its pair is what is kept and counted (scoring.pairs), not its metrics
                 return sample, judged[1], result.reason, duration  # type: ignore[return-value]
             return make(sample, judged, bool(result.is_score_valid), result.reason, None, duration)
 

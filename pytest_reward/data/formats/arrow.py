@@ -19,6 +19,7 @@ from typing import Any
 
 from ...errors import SampleFormatError
 from ..fields import forwarded_columns, mapping_for, record
+from ..preference import PAIR_FIELDS
 from ..samples import DEFAULT_MAX_LINE_BYTES, NO_GROUND_TRUTH, Sample, SampleError, keyer, parse_record
 from .registry import DatasetError, SamplesFormat
 
@@ -43,6 +44,13 @@ def read_dataset(
     path = Path(path)
     keyed = keyer(keys)
     batches, columns = _open(path)
+    if any(c in PAIR_FIELDS for c in columns):  # preference pairs: each row is read as a JSONL line is
+        row = 0
+        for batch in batches:
+            for values in batch.to_pylist():
+                row += 1
+                yield _pair_row(values, path, row, keyed)
+        return
     mapping, problem = mapping_for(columns, fields)
     if problem is not None:
         yield SampleError(path, 1, problem, unit="row")
@@ -79,6 +87,21 @@ def _row_sample(
     try:
         return keyed(sample)  # type: ignore[no-any-return]
     except (TypeError, ValueError) as exc:  # a value JSON cannot hold (a timestamp, bytes) in a keyed run
+        return SampleError(path, row, f"a value is not JSON-compatible: {exc}", unit="row")
+
+
+def _pair_row(values: dict[str, Any], path: Path, row: int, keyed: Any) -> Sample | SampleError:
+    """A row of a preference dataset (``prompt`` / ``chosen`` / ``rejected`` / ``subset`` ...): its null columns
+    are absent fields (a dataset's rows share one schema: a column one row lacks is null there)."""
+    values = {k: v for k, v in values.items() if v is not None}
+    try:
+        sample = parse_record(values, path, row)
+    except SampleFormatError as exc:
+        return SampleError(path, row, str(exc), unit="row")
+    sample.unit = "row"
+    try:
+        return keyed(sample)  # type: ignore[no-any-return]
+    except (TypeError, ValueError) as exc:
         return SampleError(path, row, f"a value is not JSON-compatible: {exc}", unit="row")
 
 

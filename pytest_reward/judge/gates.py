@@ -285,7 +285,12 @@ def markdown_table() -> str:
         "| key | value | judged | per metric | with `confidence` | what it does |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
-    values = {"number": "a number", "rate": "a rate in [0, 1]", "levels": "`{q: bound}`, q in (0, 1)"}
+    values = {
+        "number": "a number",
+        "rate": "a rate in [0, 1]",
+        "levels": "`{q: bound}`, q in (0, 1)",
+        "subsets": "`{subset: rate}`",
+    }
     for kind in GATE_KINDS:
         judged = "per sample" if not kind.aggregate else f"per function × file ({kind.direction})"
         interval = INTERVAL_METHODS[kind.interval][1] if kind.interval else "the estimate"

@@ -23,8 +23,9 @@ The marker's own settings (:class:`Marker`, apart from its gates):
 * ``sample_fields``: which column of a dataset samples file (Parquet, Arrow) is what for this function,
   ``{target: "column.field"}`` as ini ``reward_sample_fields`` writes ``target=column.field``; it replaces the ini
   mapping for this function (both lie over the preset the file's columns select).
-* ``probes``: reward-hacking probes (:mod:`pytest_reward.probes`): ``"default"``, a list of probe names (``"default"``
-  among them adds the default set), or a dict ``{probe: rule}`` (``None``: the probe's own rule). The rules are
+* ``probes``: reward-hacking probes (:mod:`pytest_reward.probes`): ``"default"``, a list of probe names (a group's
+  name among them, ``"default"``, ``"neutral"``, ``"formats"``, ``"think"``, ``"tags"`` or ``"code"``, adds its probes), or a dict
+  ``{probe: rule}`` (``None``: the probe's own rule). The rules are
   checked here; the names when the function's items are built (custom probes may come from a hook).
 
 Settings resolve key by key: marker > command line > ini. Validation errors name where the bad value came from.
@@ -40,7 +41,7 @@ from typing import Any
 
 from ..data.sources import parse_fields
 from ..errors import GateError
-from ..probes import DEFAULT_PROBES, parse_rule
+from ..probes import PROBE_GROUPS, parse_rule
 
 __all__ = [
     "AT_LEAST",
@@ -505,13 +506,13 @@ def _probes(value: Any, where: str) -> tuple[tuple[str, str | None], ...]:
     for name, rule in pairs:
         if not isinstance(name, str) or not name:
             raise _fail(where, f"probe names must be non-empty strings, got {name!r}")
-        if name == "default":
+        if name in PROBE_GROUPS:
             if rule is not None:
                 raise _fail(
-                    where, f'"default" takes no rule (the default probes keep their own), got {rule!r}'
+                    where, f'"{name}" takes no rule (a group of probes: they keep their own), got {rule!r}'
                 )
-            for default in DEFAULT_PROBES:
-                out.setdefault(default, None)
+            for member in PROBE_GROUPS[name]:
+                out.setdefault(member, None)
             continue
         if rule is not None:
             try:

@@ -474,7 +474,7 @@ def _run_here(run: ProbeRun, target: ProbeTarget, block: list[Prepared], orig: O
     threshold = target.fn.gates.threshold
     floor, ceiling, scores = orig.floor, orig.ceiling, orig.scores
     kind, tol, by_floor = rule.kind, rule.tol, rule.ref == "floor"
-    is_le, is_eq = kind == "<=", kind == "=="
+    is_le, is_eq, is_ge = kind == "<=", kind == "==", kind == ">="
     limit = floor + tol  # "<= floor"; "<= original" adds tol to each original
     copy_turn = dict.copy
     passing_scores: dict[float, bool] = {}
@@ -502,7 +502,7 @@ def _run_here(run: ProbeRun, target: ProbeTarget, block: list[Prepared], orig: O
                 score, verdict_pass, error = None, False, invoker.changed_error(["messages"])
             if error is None:
                 if score is None:  # no valid score: it earns nothing and does not pass
-                    if not is_eq or (not by_floor and scores[index] != scores[index]):
+                    if not (is_eq or is_ge) or (not by_floor and scores[index] != scores[index]):
                         settled += 1
                         sum_original += ref
                         sum_mutated += floor
@@ -524,6 +524,8 @@ def _run_here(run: ProbeRun, target: ProbeTarget, block: list[Prepared], orig: O
                         kept = score == (
                             floor if by_floor else scores[index]
                         )  # NaN (no original): never equal
+                    elif is_ge:
+                        kept = score >= (floor if by_floor else ref) - tol
                     else:  # "not pass"; "info" keeps every rule, but a response that passes is what it reports
                         kept = not passed
                     if kept:
@@ -755,6 +757,8 @@ class ProbeItem(pytest.Item):
             return f"{rule.text}: the mutated response must score at most the floor"
         if rule.kind == "<=":
             return f"{rule.text}: the mutated response must not score above the sample's own response"
+        if rule.kind == ">=":
+            return f"{rule.text}: the mutated response must not score below the sample's own response"
         return f"{rule.text}: the mutated response must score what the sample's own response scores"
 
     def _details(self, run: ProbeRun) -> list[str]:

@@ -71,12 +71,21 @@ from .mutations import (
     truth_texts,
     with_response_text,
 )
-from .registry import BUILTIN_PROBES, DEFAULT_PROBES, Probe, ProbeRegistry, decorated_probes, probe
+from .registry import (
+    BUILTIN_PROBES,
+    DEFAULT_PROBES,
+    PROBE_GROUPS,
+    Probe,
+    ProbeRegistry,
+    decorated_probes,
+    probe,
+)
 from .rules import Rule, floor_of, parse_rule, passes
 
 __all__ = [
     "BUILTIN_PROBES",
     "DEFAULT_PROBES",
+    "PROBE_GROUPS",
     "Probe",
     "ProbeRegistry",
     "ProbeSample",

@@ -9,6 +9,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import GateError
+from .answers import (
+    ANSWER_FORMATS,
+    _duplicate_block,
+    _extra_close_tag,
+    _multiline,
+    _neutral_prefix,
+    _neutral_tail,
+    _stuffing_pair,
+    _think_removed,
+    _think_wrapped,
+    restated,
+)
+from .code import _code_exit0, _code_hardcoded
 from .mutations import (
     ProbeSample,
     _case,
@@ -109,17 +122,118 @@ BUILTIN_PROBES: dict[str, Probe] = {
             "reasoning, or only the answer?",
             "a failing response and a ground truth naming an answer",
         ),
+        # --- rewards wrong for good answers (docs/reward-bugs.md) ---
+        _builtin(
+            "stuffing_pair",
+            _stuffing_pair,
+            "not pass",
+            'two candidate answers, the truth second ("41 or 42", "41 and 42"), must not pass',
+            "a ground truth that is a number or an option letter",
+        ),
+        _builtin(
+            "neutral_tail",
+            _neutral_tail,
+            ">= original",
+            "a neutral paragraph after the response must not lower its score (an answer read from a window of "
+            "the last characters is pushed out)",
+            "a response",
+        ),
+        _builtin(
+            "neutral_prefix",
+            _neutral_prefix,
+            ">= original",
+            "a neutral paragraph of reasoning before the response must not lower its score",
+            "a response",
+        ),
+        *(
+            _builtin(
+                f"format.{fmt}",
+                restated(fmt),
+                "info",
+                f"a passing response's answer restated as {write('X')!r}: does the reward accept that format?",
+                "a passing response with a ground truth naming an answer, not already in this format",
+            )
+            for fmt, (write, _) in ANSWER_FORMATS.items()
+        ),
+        _builtin(
+            "think_removed",
+            _think_removed,
+            "== original",
+            "the response without its <think> block: the answer's score must not depend on the thinking",
+            "a <think> block and text outside it",
+        ),
+        _builtin(
+            "think_wrapped",
+            _think_wrapped,
+            "== original",
+            "the response's reasoning wrapped in a <think> block: the answer's score must not depend on it",
+            "a response without <think>",
+        ),
+        _builtin(
+            "multiline",
+            _multiline,
+            "== original",
+            "the tagged blocks' content over several lines: a regex without re.DOTALL must not zero it",
+            "a tagged block (<think>, <answer>...) whose content is on one line",
+        ),
+        _builtin(
+            "duplicate_block",
+            _duplicate_block,
+            "not pass",
+            "the last tagged block twice (two <answer> blocks) is malformed and must not pass",
+            "a tagged block (<think>, <answer>...)",
+        ),
+        _builtin(
+            "extra_close_tag",
+            _extra_close_tag,
+            "not pass",
+            "a stray closing tag after the last block (<answer>42</answer></answer>) is malformed and must not "
+            "pass",
+            "a tagged block (<think>, <answer>...)",
+        ),
+        _builtin(
+            "code.exit0",
+            _code_exit0,
+            "not pass",
+            "a program that exits 0 and prints nothing must not pass",
+            "a fenced Python or JavaScript code block",
+        ),
+        _builtin(
+            "code.hardcoded",
+            _code_hardcoded,
+            "not pass",
+            "a program that prints the (first) expected output verbatim, computing nothing, must not pass",
+            "a fenced Python or JavaScript code block and an expected output in the ground truth",
+        ),
     )
 }
-DEFAULT_PROBES: tuple[str, ...] = ("empty", "echo", "stuffing", "repeat", "format_only", "truncate")
+DEFAULT_PROBES: tuple[str, ...] = (
+    "empty",
+    "echo",
+    "stuffing",
+    "repeat",
+    "format_only",
+    "truncate",
+    "stuffing_pair",
+)
+#: Names a marker's ``probes=`` list expands to a set of probes (each keeps its own rule).
+PROBE_GROUPS: dict[str, tuple[str, ...]] = {
+    "default": DEFAULT_PROBES,
+    "neutral": ("neutral_tail", "neutral_prefix"),
+    "formats": tuple(f"format.{fmt}" for fmt in ANSWER_FORMATS),
+    "think": ("think_removed", "think_wrapped"),
+    "tags": ("multiline", "duplicate_block", "extra_close_tag"),
+    "code": ("code.exit0", "code.hardcoded"),
+}
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 _DECORATED: dict[str, Probe] = {}
 
 
 def _check_name(name: Any) -> str:
-    if not isinstance(name, str) or not _NAME.match(name) or name == "default":
+    if not isinstance(name, str) or not _NAME.match(name) or name in PROBE_GROUPS:
         raise ValueError(
-            f"a probe name must be a word (letters, digits, '_', '.', '-'), not 'default', got {name!r}"
+            "a probe name must be a word (letters, digits, '_', '.', '-'), not a group's name "
+            f"({', '.join(PROBE_GROUPS)}), got {name!r}"
         )
     if name in BUILTIN_PROBES:
         raise ValueError(f"probe {name!r} is a built-in probe; give yours another name")

@@ -1,0 +1,185 @@
+"""The reward bugs RL teams shipped (docs/reward-bugs.md): each probe or check fails the buggy reward and passes its
+fix, through real sessions (examples/reward-bugs and pytester projects)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pytest_reward.judge.gates import GateError, validate_marker
+from pytest_reward.probes import BUILTIN_PROBES, DEFAULT_PROBES, PROBE_GROUPS, ProbeSample, parse_rule
+
+from .conftest import EXAMPLES, msgs
+
+# --- the ">= original" rule ------------------------------------------------------------------------------------
+
+
+def test_the_at_least_rule_holds_when_the_score_does_not_drop():
+    rule = parse_rule(">= original")
+    assert rule.text == ">= original"
+    assert rule.holds(1.0, 1.0, 0.0, False) and rule.holds(1.5, 1.0, 0.0, False)
+    assert not rule.holds(0.0, 1.0, 0.0, True)
+    assert rule.check(0.0, 1.0, 0.0, True) == "score 0 < original 1"
+    # no valid score lost what the original had; with no original either, nothing was lost
+    assert rule.check(None, 1.0, 0.0, False) == "no valid score where the original scored 1"
+    assert rule.holds(None, None, 0.0, False)
+    loose = parse_rule(">= original - 0.1")
+    assert loose.text == ">= original - 0.1" and loose.holds(0.95, 1.0, 0.0, False)
+    assert loose.check(0.8, 1.0, 0.0, False) == "score 0.8 < original 1 - 0.1"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (">= original + 0.1", "a '>=' rule's tolerance is written '-'"),
+        ("<= original - 0.1", "a '<=' rule's tolerance is written '+'"),
+    ],
+)
+def test_a_tolerance_with_the_wrong_sign_is_refused_with_the_form_to_write(text, message):
+    with pytest.raises(GateError, match=re.escape(message)):
+        parse_rule(text)
+
+
+@given(st.floats(-10, 10), st.floats(-10, 10), st.floats(0, 1))
+def test_at_least_is_the_mirror_of_at_most(score, original, tol):
+    at_least = parse_rule(f">= original - {tol:.3f}")
+    at_most = parse_rule(f"<= original + {tol:.3f}")
+    assert at_least.holds(score, original, 0.0, False) == at_most.holds(-score, -original, 0.0, False)
+
+
+def test_groups_expand_in_the_marker_and_take_no_rule():
+    value = validate_marker((), {"probes": ["formats", "code"]}, "m")["probes"]
+    assert [name for name, _ in value] == [*PROBE_GROUPS["formats"], *PROBE_GROUPS["code"]]
+    with pytest.raises(GateError, match='"tags" takes no rule'):
+        validate_marker((), {"probes": {"tags": "info"}}, "m")
+    for members in PROBE_GROUPS.values():
+        assert set(members) <= set(BUILTIN_PROBES)
+
+
+def test_the_default_set_adds_the_two_candidate_stuffing():
+    assert DEFAULT_PROBES[-1] == "stuffing_pair"
+
+
+# --- the mutations -----------------------------------------------------------------------------------------------
+
+
+def _view(response, truth="42", passed=True):
+    return ProbeSample(
+        response, msgs("q", response), ground_truth=truth, has_ground_truth=True, original_passed=passed
+    )
+
+
+def mutate(name, response, **kw):
+    return BUILTIN_PROBES[name].mutate(response, _view(response, **kw))
+
+
+def test_the_answer_is_restated_in_each_other_format_after_the_reasoning():
+    response = "6 times 7 is 42.\n#### 42"
+    assert mutate("format.boxed", response) == "6 times 7 is 42.\n\nThe final answer is $\\boxed{42}$."
+    assert mutate("format.answer_tag", response) == "6 times 7 is 42.\n\n<answer>42</answer>"
+    assert mutate("format.hash", response) is None  # already in that format
+    assert (
+        mutate("format.boxed", "6 times 7 is 43.\n#### 43", passed=False) is None
+    )  # a wrong answer: no format
+
+
+def test_the_pair_puts_a_decoy_first_and_the_truth_second_in_the_response_format():
+    for seed in range(20):
+        response = "<think>6 times 7</think>\n<answer>42</answer>"
+        view = ProbeSample(
+            response, msgs("q", response), ground_truth="42", has_ground_truth=True, seed=str(seed)
+        )
+        out = BUILTIN_PROBES["stuffing_pair"].mutate(response, view)
+        assert out.startswith("<think>6 times 7</think>\n\n<answer>")
+        assert out.endswith((" or 42</answer>", " and 42</answer>"))
+
+
+def test_tag_mutations():
+    response = "<think>6 times 7 is 42</think>\n<answer>42</answer>"
+    assert mutate("multiline", response) == "<think>\n6\ntimes 7 is 42\n</think>\n<answer>\n42\n</answer>"
+    assert mutate("duplicate_block", response) == response + "\n<answer>42</answer>"
+    assert mutate("extra_close_tag", response) == response + "</answer>"
+    assert mutate("think_removed", response) == "<answer>42</answer>"
+    assert mutate("think_wrapped", response) is None
+    assert mutate("think_wrapped", "6 times 7 gives \\boxed{42}.") == (
+        "<think>\n6 times 7 gives\n</think>\n\n\\boxed{42}."
+    )
+
+
+def test_code_mutations_replace_the_program():
+    response = "Here:\n```python\nprint(int(input()) * 2)\n```\nDone."
+    tests = [{"input": "2", "expected_output": "4"}]
+    assert mutate("code.exit0", response) == "Here:\n```python\nimport sys\nsys.exit(0)\n```\nDone."
+    assert mutate("code.hardcoded", response, truth=tests) == (
+        "Here:\n```python\nimport sys\nsys.stdout.write('4')\n```\nDone."
+    )
+    assert mutate("code.hardcoded", "no code", truth=tests) is None
+
+
+# --- the buggy and fixed rewards of examples/reward-bugs -----------------------------------------------------------
+
+CAUGHT = {
+    ("buggy_last_300", "neutral_tail"),
+    ("buggy_first_300", "neutral_prefix"),
+    *(("buggy_hash_only", f"format.{f}") for f in ("boxed", "answer_is", "answer_colon", "answer_tag")),
+    ("buggy_needs_think", "think_removed"),
+    ("buggy_needs_think", "think_wrapped"),
+    ("buggy_no_dotall", "multiline"),
+    ("buggy_search", "duplicate_block"),
+    ("buggy_search", "extra_close_tag"),
+    ("buggy_any_candidate", "stuffing_pair"),
+    ("buggy_exit_code", "code.exit0"),
+    ("buggy_exit_code", "code.hardcoded"),
+}
+
+
+def test_every_buggy_reward_of_the_example_fails_its_probe_and_every_fix_passes(project, pytester):
+    shutil.copytree(
+        EXAMPLES / "reward-bugs",
+        pytester.path,
+        dirs_exist_ok=True,
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    result = project.result()
+    verdicts = {(p.function, p.probe): p.verdict for p in result.probes}
+    assert {key for key, verdict in verdicts.items() if verdict == "FAIL"} == CAUGHT
+    fixed = {key: v for key, v in verdicts.items() if key[0].startswith("fixed_")}
+    assert set(fixed.values()) == {"PASS", "SKIP"}
+    assert [key for key, v in fixed.items() if v == "SKIP"] == [("fixed_any_format", "format.hash")]
+    # the samples are scored alike by the buggy rewards and their fixes: only the probes tell them apart (but the
+    # reward that needs </think>, which the non-thinking sample already shows)
+    failed = {g.function for g in result.groups if g.verdict != "PASS"}
+    assert failed == {"buggy_needs_think"}
+
+
+def test_the_format_probes_report_which_formats_a_reward_zeroes_without_failing(project):
+    project.file(
+        "rewards.py",
+        """
+        import re
+        import pytest
+        from pytest_reward import EvaluateResult, reward_function
+
+        @pytest.mark.reward(threshold=0.5, probes="formats")
+        @reward_function
+        def hash_only(messages, ground_truth=None, **kwargs):
+            found = re.findall(r"####\\s*(\\S+)", messages[-1]["content"])
+            return EvaluateResult(score=float(bool(found) and found[-1] == str(ground_truth)))
+        """,
+    )
+    project.jsonl("s.jsonl", [{"messages": msgs("6*7?", "6*7 = 42\n#### 42"), "ground_truth": "42"}])
+    result = project.run("--reward-samples", "s.jsonl", "-rs")
+    result.assert_outcomes(passed=5, skipped=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*hash_only*format.boxed*info*",
+            "*hash_only*format.answer_tag*info*",
+        ]
+    )
+    data = {p.probe: p for p in project.result("--reward-samples", "s.jsonl").probes}
+    assert data["format.boxed"].verdict == "INFO"
+    assert data["format.boxed"].passing == 0 and data["format.boxed"].checked == 1

@@ -134,6 +134,10 @@ CAUGHT = {
     ("buggy_any_candidate", "stuffing_pair"),
     ("buggy_exit_code", "code.exit0"),
     ("buggy_exit_code", "code.hardcoded"),
+    ("buggy_reward_len", "length.longer"),
+    ("buggy_reward_len", "length.shorter"),
+    ("buggy_shifted", "batch_order"),
+    ("buggy_shifted", "batch_alone"),
 }
 
 
@@ -152,7 +156,7 @@ def test_every_buggy_reward_of_the_example_fails_its_probe_and_every_fix_passes(
     assert [key for key, v in fixed.items() if v == "SKIP"] == [("fixed_any_format", "format.hash")]
     # the samples are scored alike by the buggy rewards and their fixes: only the probes tell them apart (but the
     # reward that needs </think>, which the non-thinking sample already shows)
-    failed = {g.function for g in result.groups if g.verdict != "PASS"}
+    failed = {g.function for g in result.groups if g.verdict not in ("PASS", "NO GATE")}
     assert failed == {"buggy_needs_think"}
 
 

@@ -206,3 +206,59 @@ def fixed_test_cases(messages, ground_truth=None, **kwargs):
     return EvaluateResult(
         score=passed / len(ground_truth), reason=f"{passed} of {len(ground_truth)} tests pass"
     )
+
+
+# --- 7. a sign error: the score moves the wrong way as the length grows ---------------------------------------------
+
+
+@pytest.mark.reward(samples="length.jsonl", direction={"length": "-"})
+@reward_function
+def buggy_reward_len(messages, **kwargs):
+    """The TRL docs' first reward_len: abs(20 - length), which pays the *longest* completions."""
+    return EvaluateResult(score=abs(20 - len(_answer_text(messages))), reason="distance to 20 characters")
+
+
+@pytest.mark.reward(samples="length.jsonl", direction={"length": "-"})
+@reward_function
+def fixed_reward_len(messages, **kwargs):
+    """-abs(20 - length): the closer to 20 characters the better (every sample is longer than 40)."""
+    return EvaluateResult(score=-abs(20 - len(_answer_text(messages))), reason="minus the distance to 20")
+
+
+# --- 8. a batch reward whose list of scores is shifted ---------------------------------------------------------------
+
+
+def _last_number(text):
+    found = re.findall(r"-?\d+", text)
+    if not found:
+        raise IndexError("no number in the response")
+    return found[-1]
+
+
+@pytest.mark.reward(threshold=0.5, pass_rate=0.5, samples="batch.jsonl", probes="batch")
+@reward_function(mode="batch")
+def buggy_shifted(rollouts_messages, ground_truth, **kwargs):
+    """NeMo-RL's math worker: a score appended, then on a failed extraction a second one: every later score is
+    one slot out of place (a batch reward, as TRL's: lists in, a list of scores out)."""
+    scores = []
+    for completion, truth in zip(rollouts_messages, ground_truth, strict=True):
+        text = completion[-1]["content"]
+        scores.append(1.0 if truth in text else 0.0)
+        try:
+            _last_number(text.split("answer is")[1])
+        except IndexError:
+            scores.append(0.0)
+    return [{"score": s} for s in scores[: len(rollouts_messages)]]
+
+
+@pytest.mark.reward(threshold=0.5, pass_rate=0.5, samples="batch.jsonl", probes="batch")
+@reward_function(mode="batch")
+def fixed_aligned(rollouts_messages, ground_truth, **kwargs):
+    """One score per completion, whatever happens while scoring it."""
+    scores = []
+    for completion, truth in zip(rollouts_messages, ground_truth, strict=True):
+        try:
+            scores.append(1.0 if _last_number(completion[-1]["content"]) == truth else 0.0)
+        except IndexError:
+            scores.append(0.0)
+    return [{"score": s} for s in scores]

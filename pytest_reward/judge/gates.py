@@ -24,7 +24,7 @@ The marker's own settings (:class:`Marker`, apart from its gates):
   ``{target: "column.field"}`` as ini ``reward_sample_fields`` writes ``target=column.field``; it replaces the ini
   mapping for this function (both lie over the preset the file's columns select).
 * ``probes``: reward-hacking probes (:mod:`pytest_reward.probes`): ``"default"``, a list of probe names (a group's
-  name among them, ``"default"``, ``"neutral"``, ``"formats"``, ``"think"``, ``"tags"`` or ``"code"``, adds its probes), or a dict
+  name among them, ``"default"``, ``"neutral"``, ``"formats"``, ``"think"``, ``"tags"``, ``"code"`` or ``"batch"``, adds its probes), or a dict
   ``{probe: rule}`` (``None``: the probe's own rule). The rules are
   checked here; the names when the function's items are built (custom probes may come from a hook).
 
@@ -41,7 +41,7 @@ from typing import Any
 
 from ..data.sources import parse_fields
 from ..errors import GateError
-from ..probes import PROBE_GROUPS, parse_rule
+from ..probes import DIRECTION_FEATURES, PROBE_GROUPS, direction_probes, parse_rule
 
 __all__ = [
     "AT_LEAST",
@@ -179,7 +179,16 @@ SETTINGS_HELP: tuple[tuple[str, str], ...] = (
     ("samples", "samples file(s) for this function"),
     ("rollout", "generation settings for prompt-only samples ({'n': 4, 'temperature': 0.7, ...})"),
     ("timeout", "seconds one call may take"),
-    ("probes", "reward-hacking probes ('default', a list of names, or {probe: rule})"),
+    (
+        "probes",
+        "reward-hacking probes ('default', a list of names and groups (default, neutral, formats, think, tags, "
+        "code, batch), or {probe: rule})",
+    ),
+    (
+        "direction",
+        "{feature: '+' or '-'}: the way the score must move as the feature grows (length: probes "
+        "length.longer and length.shorter check it)",
+    ),
     (
         "sample_fields",
         "{target: 'column.field'}: which column of a Parquet / Arrow file is what for this function (instead of "
@@ -369,6 +378,16 @@ class Marker:
     """Seconds one call of the function may take (marker ``timeout=``; else ``--reward-timeout``)."""
     probes: tuple[tuple[str, str | None], ...] = ()
     """Reward-hacking probes to run: (name, rule text or None for the probe's own rule), in declared order."""
+    direction: tuple[tuple[str, str], ...] = ()
+    """(feature, ``+`` or ``-``): the way the score must move as the feature grows, checked by probes."""
+
+    @property
+    def all_probes(self) -> tuple[tuple[str, str | None], ...]:
+        """:attr:`probes` and the probes that check :attr:`direction` (those last, with their rules)."""
+        out = dict(self.probes)
+        for feature, sign in self.direction:
+            out.update(direction_probes(feature, sign))
+        return tuple(out.items())
     sample_fields: tuple[tuple[str, str], ...] | None = None
     """The marker's field mapping for dataset samples files, (target, dotted column path); None: the ini's."""
 
@@ -392,6 +411,8 @@ class Marker:
             out["timeout"] = self.timeout
         if self.probes:
             out["probes"] = dict(self.probes)
+        if self.direction:
+            out["direction"] = dict(self.direction)
         return out
 
 
@@ -523,6 +544,25 @@ def _probes(value: Any, where: str) -> tuple[tuple[str, str | None], ...]:
     return tuple(out.items())
 
 
+def _direction(value: Any, where: str) -> tuple[tuple[str, str], ...]:
+    """``{feature: "+" or "-"}`` as (feature, sign) pairs, the features those probes can vary."""
+    usage = f'direction must be a dict {{feature: "+" or "-"}}, e.g. direction={{"length": "-"}}; got {value!r}'
+    if not isinstance(value, Mapping) or not value:
+        raise _fail(where, usage)
+    out = []
+    for feature, sign in value.items():
+        if feature not in DIRECTION_FEATURES:
+            raise _fail(
+                where,
+                f"direction: unknown feature {feature!r}{_suggest(str(feature), tuple(DIRECTION_FEATURES))}; "
+                f"features: {', '.join(DIRECTION_FEATURES)}",
+            )
+        if sign not in ("+", "-"):
+            raise _fail(where, f'direction[{feature!r}] must be "+" (the score grows with it) or "-", got {sign!r}')
+        out.append((feature, sign))
+    return tuple(out)
+
+
 def _sample_fields(value: Any, where: str) -> tuple[tuple[str, str], ...]:
     """``{target: "column.path"}`` (or the ini form, ``"target=column.path ..."``) as (target, path) pairs,
     checked as ini ``reward_sample_fields`` is."""
@@ -588,6 +628,8 @@ def validate_marker(args: tuple[Any, ...], kwargs: Mapping[str, Any], where: str
             out[key] = _probes(value, where)
         elif key == "sample_fields":
             out[key] = _sample_fields(value, where)
+        elif key == "direction":
+            out[key] = _direction(value, where)
     return out
 
 

@@ -257,6 +257,9 @@ class ProbeTarget:
         sample's call gets (the call, ``--reward-runs``, the timeout, private copies, the verdict)."""
         executor, invoker = self.rs.executor, self.invoker
         mutations = _mutations(self, probe, block)
+        if probe.batching:
+            yield from self._rebatched(probe, mutations)
+            return
         if executor.__class__ is InProcess and executor.workers <= 1 and not invoker.batch:  # type: ignore[attr-defined]
             results: Iterable[Checked] = invoker.score_fresh(
                 (owned_messages(messages, new), truth, fields)
@@ -273,6 +276,25 @@ class ProbeTarget:
             )
         for (index, sample, text, new, *_), checked in zip(mutations, results, strict=True):
             yield (index, sample, text, new, *checked)
+
+    def _rebatched(self, probe: Probe, mutations: list[tuple[Any, ...]]) -> Iterator[Scored]:
+        """The samples' own responses (``probe``'s mutations are the identity) scored again, batched another way
+        (:attr:`Probe.batching`): in the reverse order, or each in a batch of its own; in the samples' order."""
+        variants = [_variant(sample, messages) for _, sample, _, _, messages, _, _ in mutations]
+        if probe.batching == "reversed":
+            outcomes = list(self.score(variants[::-1]))[::-1]
+            how = "the same response, scored with the file in the reverse order"
+        else:
+            outcomes = list(
+                self.rs.executor.stream(
+                    self.invoker, variants, segment=self.SEGMENT, batch=1, rootdir=self.rs.config.rootpath,
+                    notes=self.notes,
+                )
+            )
+            how = "the same response, scored in a batch of its own"
+        for (index, sample, text, *_), outcome in zip(mutations, outcomes, strict=True):
+            yield (index, sample, text, f"({how})", outcome.score, outcome.verdict == PASS, outcome.reason,
+                   outcome.error)  # fmt: skip
 
     def originals(self) -> Originals:
         if self._originals is None:
@@ -394,7 +416,10 @@ def run_probe(target: ProbeTarget, probe: Probe, rule: Rule) -> ProbeRun:
     raises (a custom probe's bug) propagates; a reward that raises on a mutated response breaks the rule."""
     orig = target.originals()
     run = ProbeRun(probe, rule)
-    here = target.scores_here()
+    if probe.batching and not target.invoker.batch:  # a check of batch-mode functions: none to check here
+        run.answered = len(orig.scores)
+        return run
+    here = target.scores_here() and not probe.batching
     for block in target.prepared():
         run.answered += len(block)
         if here:
@@ -753,6 +778,8 @@ class ProbeItem(pytest.Item):
                 return f"not pass: the mutated response must score below the threshold {threshold:g}"
             best = "" if orig.ceiling is None else f" and as high as the best sample's ({orig.ceiling:.4g})"
             return f"not pass: no threshold, so a pass is a score above the floor{best}"
+        if self.probe.batching:
+            return f"{rule.text}: each response must score what it scored in the samples' own batches"
         if rule.ref == "floor":
             return f"{rule.text}: the mutated response must score at most the floor"
         if rule.kind == "<=":

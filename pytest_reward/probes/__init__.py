@@ -63,6 +63,7 @@ None`` (``sample`` is a :class:`ProbeSample`), or ``probes.register(...)`` in th
 
 from __future__ import annotations
 
+from .answers import DIRECTION_FEATURES, direction_probes
 from .mutations import (
     ProbeSample,
     SeededRandom,
@@ -85,6 +86,7 @@ from .rules import Rule, floor_of, parse_rule, passes
 __all__ = [
     "BUILTIN_PROBES",
     "DEFAULT_PROBES",
+    "DIRECTION_FEATURES",
     "PROBE_GROUPS",
     "Probe",
     "ProbeRegistry",
@@ -93,6 +95,7 @@ __all__ = [
     "SeededRandom",
     "answer_start",
     "decorated_probes",
+    "direction_probes",
     "floor_of",
     "parse_rule",
     "passes",

@@ -188,3 +188,30 @@ def _stuffing_pair(response: str, sample: ProbeSample) -> str | None:
     answer = ANSWER_FORMATS[fmt][0](decoys[0] + rng.choice((" or ", " and ")) + truth)
     head = _reasoning(response, sample)
     return f"{head}\n\n{answer}".lstrip()
+
+
+# --- a feature varied for a declared direction (marker ``direction={"length": "+"}``) -----------------------------
+
+
+def _longer(response: str, sample: ProbeSample) -> str | None:
+    if not response.strip():
+        return None
+    return f"{response.rstrip()}\n\n{NEUTRAL_PARAGRAPH}"
+
+
+def _shorter(response: str, sample: ProbeSample) -> str | None:
+    words = response.split(" ")
+    if len(words) < 2:
+        return None
+    return " ".join(words[: len(words) // 2]).rstrip()
+
+
+#: The features a marker's ``direction=`` may name: each the probes that vary it, the first making it grow.
+DIRECTION_FEATURES: dict[str, tuple[str, str]] = {"length": ("length.longer", "length.shorter")}
+
+
+def direction_probes(feature: str, sign: str) -> list[tuple[str, str]]:
+    """The probes and rules that check ``feature`` moves the score the ``sign`` way (``+``: up as it grows)."""
+    grows, shrinks = DIRECTION_FEATURES[feature]
+    up, down = (">= original", "<= original") if sign == "+" else ("<= original", ">= original")
+    return [(grows, up), (shrinks, down)]

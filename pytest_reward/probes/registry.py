@@ -13,9 +13,11 @@ from .answers import (
     ANSWER_FORMATS,
     _duplicate_block,
     _extra_close_tag,
+    _longer,
     _multiline,
     _neutral_prefix,
     _neutral_tail,
+    _shorter,
     _stuffing_pair,
     _think_removed,
     _think_wrapped,
@@ -53,6 +55,10 @@ class Probe:
     builtin: bool = False
     needs: str = ""
     """What a sample needs for the probe to apply (said when it applies to none)."""
+    batching: str = ""
+    """How the probe's responses are batched, for a check of batch-mode functions whose mutation is the identity:
+    ``"reversed"`` (the file's samples scored in the reverse order, so each in another batch, at another position,
+    beside other neighbours) or ``"alone"`` (each in a batch of its own); ``""``: as the samples are."""
 
     @property
     def where(self) -> str:
@@ -61,8 +67,12 @@ class Probe:
         return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
-def _builtin(name: str, mutate: Mutation, rule: str, doc: str, needs: str) -> Probe:
-    return Probe(name, mutate, parse_rule(rule), doc, builtin=True, needs=needs)
+def _builtin(name: str, mutate: Mutation, rule: str, doc: str, needs: str, batching: str = "") -> Probe:
+    return Probe(name, mutate, parse_rule(rule), doc, builtin=True, needs=needs, batching=batching)
+
+
+def _same(response: str, sample: ProbeSample) -> str:
+    return response
 
 
 BUILTIN_PROBES: dict[str, Probe] = {
@@ -192,6 +202,38 @@ BUILTIN_PROBES: dict[str, Probe] = {
             "a tagged block (<think>, <answer>...)",
         ),
         _builtin(
+            "length.longer",
+            _longer,
+            "info",
+            "the response with a neutral paragraph after it: longer, the same answer (a direction=... check)",
+            "a response",
+        ),
+        _builtin(
+            "length.shorter",
+            _shorter,
+            "info",
+            "the first half of the response's words: shorter (a direction=... check)",
+            "a response of two words or more",
+        ),
+        _builtin(
+            "batch_order",
+            _same,
+            "== original",
+            "each response scored again with the file in the reverse order: a batch reward's score must not depend "
+            "on the sample's position or its neighbours (a shifted list of scores)",
+            "a batch-mode reward function (TRL-style lists)",
+            batching="reversed",
+        ),
+        _builtin(
+            "batch_alone",
+            _same,
+            "== original",
+            "each response scored again in a batch of its own: a batch reward's score must not depend on the "
+            "other samples of its batch",
+            "a batch-mode reward function (TRL-style lists)",
+            batching="alone",
+        ),
+        _builtin(
             "code.exit0",
             _code_exit0,
             "not pass",
@@ -224,6 +266,7 @@ PROBE_GROUPS: dict[str, tuple[str, ...]] = {
     "think": ("think_removed", "think_wrapped"),
     "tags": ("multiline", "duplicate_block", "extra_close_tag"),
     "code": ("code.exit0", "code.hardcoded"),
+    "batch": ("batch_order", "batch_alone"),
 }
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 _DECORATED: dict[str, Probe] = {}

@@ -187,3 +187,66 @@ def test_the_format_probes_report_which_formats_a_reward_zeroes_without_failing(
     data = {p.probe: p for p in project.result("--reward-samples", "s.jsonl").probes}
     assert data["format.boxed"].verdict == "INFO"
     assert data["format.boxed"].passing == 0 and data["format.boxed"].checked == 1
+
+
+def test_the_trl_example_abstaining_on_a_whole_group_fails_and_its_fix_passes(project, pytester):
+    shutil.copytree(
+        EXAMPLES / "reward-bugs",
+        pytester.path,
+        dirs_exist_ok=True,
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    functions = ("buggy_abstains", "fixed_scores_every_group")
+    args = [arg for name in functions for arg in ("--reward-fn", f"trl:trl_functions.py::{name}")]
+    verdicts = {p.function: p.verdict for p in project.result(*args).probes}
+    assert verdicts == {"buggy_abstains": "FAIL", "fixed_scores_every_group": "PASS"}
+    result = project.run(*args, "-k", "probe and buggy")
+    result.stdout.fnmatch_lines(
+        [
+            "probe abstaining_groups: 1 of 3 groups of responses to one prompt have no valid score at all*",
+            "  rule       not pass: every prompt with two responses or more must have one with a valid score",
+            "  groups.jsonl:3 [g3]  none of the 2 responses to this prompt has a valid score: the group abstains",
+            "    reason    prompt: Prove that 2 is prime.",
+        ]
+    )
+
+
+ABSTAINING = """
+    import pytest
+
+    @pytest.mark.reward(probes={probes})
+    def by_prompt(prompts, completions, **kwargs):
+        return [None if "skip" in c[-1]["content"] else 1.0 for c in completions]
+"""
+
+
+def test_an_abstaining_group_is_a_warning_by_default_naming_the_groups(project):
+    project.file("trl_rewards.py", ABSTAINING.format(probes='["abstaining_groups"]'))
+    rows = [
+        msgs("q1", "skip a"),
+        msgs("q1", "skip b"),
+        msgs("q2", "ok"),
+        msgs("q2", "skip c"),
+        msgs("q3", "skip"),
+    ]
+    project.jsonl("s.jsonl", [{"messages": m} for m in rows])
+    result = project.run(
+        "--reward-samples", "s.jsonl", "--reward-fn", "trl:trl_rewards.py::by_prompt", "-k", "abst"
+    )
+    result.assert_outcomes(passed=1, deselected=5)
+    result.stdout.fnmatch_lines(
+        [
+            "*RewardAbstainWarning: by_prompt on s.jsonl: 1 of 2 groups of responses to one prompt have no valid "
+            "score at all (the groups of the prompts at s.jsonl:1); *"
+            'probes={"abstaining_groups": "not pass"} fails the run on it'
+        ]
+    )
+    # a prompt with one response is no group: q3 is not counted
+    (probe,) = [
+        p
+        for p in project.result(
+            "--reward-samples", "s.jsonl", "--reward-fn", "trl:trl_rewards.py::by_prompt"
+        ).probes
+        if p.probe == "abstaining_groups"
+    ]
+    assert (probe.verdict, probe.checked, probe.broken) == ("INFO", 2, 1)

@@ -235,7 +235,9 @@ def _last_number(text):
     return found[-1]
 
 
-@pytest.mark.reward(threshold=0.5, pass_rate=0.5, samples="batch.jsonl", probes="batch")
+@pytest.mark.reward(
+    threshold=0.5, pass_rate=0.5, samples="batch.jsonl", probes=["batch_order", "batch_alone"]
+)
 @reward_function(mode="batch")
 def buggy_shifted(rollouts_messages, ground_truth, **kwargs):
     """NeMo-RL's math worker: a score appended, then on a failed extraction a second one: every later score is
@@ -251,7 +253,9 @@ def buggy_shifted(rollouts_messages, ground_truth, **kwargs):
     return [{"score": s} for s in scores[: len(rollouts_messages)]]
 
 
-@pytest.mark.reward(threshold=0.5, pass_rate=0.5, samples="batch.jsonl", probes="batch")
+@pytest.mark.reward(
+    threshold=0.5, pass_rate=0.5, samples="batch.jsonl", probes=["batch_order", "batch_alone"]
+)
 @reward_function(mode="batch")
 def fixed_aligned(rollouts_messages, ground_truth, **kwargs):
     """One score per completion, whatever happens while scoring it."""

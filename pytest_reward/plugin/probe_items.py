@@ -17,6 +17,8 @@ A failing item lists the counter-examples: the original response and the mutated
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import warnings
 from array import array
@@ -33,6 +35,7 @@ from ..judge.results import PASS
 from ..judge.wire import probe_data
 from ..probes import (
     Probe,
+    RewardAbstainWarning,
     ProbeRegistry,
     ProbeSample,
     Rule,
@@ -396,6 +399,10 @@ class ProbeRun:
     def note(self, target: ProbeTarget) -> str:
         if self.answered == 0:
             return f"no sample of {target.label} has a response to mutate"
+        if self.probe.batching == "groups":
+            if self.checked == 0:
+                return f"no prompt of {target.label} has two responses or more"
+            return f"{self.broken} of {self.checked} groups of responses to one prompt have no valid score at all"
         if self.checked == 0:
             needs = self.probe.needs or "something to mutate"
             return f"the probe applies to none of the {self.answered} responses (it needs {needs})"
@@ -416,6 +423,9 @@ def run_probe(target: ProbeTarget, probe: Probe, rule: Rule) -> ProbeRun:
     raises (a custom probe's bug) propagates; a reward that raises on a mutated response breaks the rule."""
     orig = target.originals()
     run = ProbeRun(probe, rule)
+    if probe.batching == "groups":
+        _abstaining_groups(run, target, orig)
+        return run
     if probe.batching and not target.invoker.batch:  # a check of batch-mode functions: none to check here
         run.answered = len(orig.scores)
         return run
@@ -428,6 +438,44 @@ def run_probe(target: ProbeTarget, probe: Probe, rule: Rule) -> ProbeRun:
             for scored in target.scored(probe, block):
                 _settle(run, orig, target.fn.gates.threshold, *scored)
     return run
+
+
+def _abstaining_groups(run: ProbeRun, target: ProbeTarget, orig: Originals) -> None:
+    """The samples' own responses grouped by prompt (the conversation before the response); a group of two or more
+    responses none of which has a valid score is one a trainer cannot normalise (TRL: every reward None, a NaN
+    advantage or a silent 0). ``checked``: the groups; ``broken``: those; an example each (the first
+    :data:`EXAMPLES_KEPT`). Per prompt, a 16-byte digest and three numbers are kept, not the samples."""
+    groups: dict[bytes, list[int]] = {}  # digest -> [responses, responses with a valid score, first index]
+    for index, (sample, _) in enumerate(target.answered()):
+        prompt = json.dumps(sample.messages[:-1], sort_keys=True, default=str)  # type: ignore[index]
+        key = hashlib.blake2b(prompt.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = [0, 0, index]
+        group[0] += 1
+        group[1] += orig.score(index) is not None
+    run.answered = len(orig.scores)
+    abstaining: dict[int, int] = {}  # first index -> responses
+    for count, valid, index in groups.values():
+        if count >= 2:
+            run.checked += 1
+            if not valid:
+                run.broken += 1
+                if len(abstaining) < EXAMPLES_KEPT:
+                    abstaining[index] = count
+    if not abstaining:
+        return
+    for index, (sample, text) in enumerate(target.answered()):
+        count = abstaining.get(index)
+        if count is not None:
+            prompt = ProbeSample(text, sample.messages or []).user
+            _example(
+                run, sample, text, f"({count} responses to this prompt)", None, None,
+                f"none of the {count} responses to this prompt has a valid score: the group abstains",
+                f"prompt: {prompt}",
+            )  # fmt: skip
+            if len(run.examples) >= len(abstaining):
+                break
 
 
 #: One sample as every probe of a target reads it (:meth:`ProbeTarget.prepared`): its index among the answered
@@ -749,6 +797,16 @@ class ProbeItem(pytest.Item):
             ) in notes:  # workers that died and the chunks retried: the run survived, the user should know
                 warnings.warn(RewardExecutorWarning(note), stacklevel=1)
         verdict = run.verdict()
+        if self.probe.batching == "groups" and verdict == "INFO" and run.broken:
+            lines = ", ".join(f"{self.target.label}:{ex['line']}" for ex in run.examples)
+            warnings.warn(
+                RewardAbstainWarning(
+                    f"{self.target.fn.name} on {self.target.label}: {run.note(self.target)} (the groups of the "
+                    f"prompts at {lines}); a trainer normalising per group gets NaN or 0 for them; "
+                    'probes={"abstaining_groups": "not pass"} fails the run on it'
+                ),
+                stacklevel=1,
+            )
         self.stash[REWARD_DATA] = self._data(verdict, run)
         self.user_properties.extend(
             [
@@ -764,6 +822,11 @@ class ProbeItem(pytest.Item):
 
     def _headline(self, run: ProbeRun) -> str:
         target = self.target
+        if self.probe.batching == "groups":
+            return (
+                f"probe {self.probe.name}: {run.broken} of {run.checked} groups of responses to one prompt have "
+                f"no valid score at all ({target.fn.name} on {target.label})"
+            )
         return (
             f"probe {self.probe.name}: {run.broken} of {run.checked} mutated responses break "
             f'"{self.rule.text}" ({target.fn.name} on {target.label})'
@@ -772,14 +835,16 @@ class ProbeItem(pytest.Item):
     def _rule_line(self) -> str:
         target, rule = self.target, self.rule
         orig = target.originals()
+        if self.probe.batching == "groups":
+            return f"{rule.text}: every prompt with two responses or more must have one with a valid score"
+        if self.probe.batching:
+            return f"{rule.text}: each response must score what it scored in the samples' own batches"
         if rule.kind == "not pass":
             threshold = target.fn.gates.threshold
             if threshold is not None:
                 return f"not pass: the mutated response must score below the threshold {threshold:g}"
             best = "" if orig.ceiling is None else f" and as high as the best sample's ({orig.ceiling:.4g})"
             return f"not pass: no threshold, so a pass is a score above the floor{best}"
-        if self.probe.batching:
-            return f"{rule.text}: each response must score what it scored in the samples' own batches"
         if rule.ref == "floor":
             return f"{rule.text}: the mutated response must score at most the floor"
         if rule.kind == "<=":
@@ -796,8 +861,12 @@ class ProbeItem(pytest.Item):
             f"  probe      {self.probe.name}: {self.probe.doc}",
             f"  rule       {self._rule_line()}",
             f"  floor      {orig.floor:.4g} (the lowest score of the samples' own responses)",
-            f"  checked    {run.checked} of {run.answered} responses"
-            + (f" ({run.not_applicable} left alone: nothing to mutate)" if run.not_applicable else "")
+            (
+                f"  checked    {run.checked} groups of two responses or more to one prompt ({run.answered} responses)"
+                if self.probe.batching == "groups"
+                else f"  checked    {run.checked} of {run.answered} responses"
+                + (f" ({run.not_applicable} left alone: nothing to mutate)" if run.not_applicable else "")
+            )
             + (f"; the reward raised on {run.errors}" if run.errors else ""),
         ]
         for ex in run.examples[:EXAMPLES_SHOWN]:

@@ -78,6 +78,7 @@ from .registry import (
     PROBE_GROUPS,
     Probe,
     ProbeRegistry,
+    RewardAbstainWarning,
     decorated_probes,
     probe,
 )
@@ -91,6 +92,7 @@ __all__ = [
     "Probe",
     "ProbeRegistry",
     "ProbeSample",
+    "RewardAbstainWarning",
     "Rule",
     "SeededRandom",
     "answer_start",

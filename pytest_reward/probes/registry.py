@@ -40,6 +40,11 @@ from .rules import Rule, parse_rule
 
 # --- probes and the registry -----------------------------------------------------------------------------------
 
+
+class RewardAbstainWarning(UserWarning):
+    """A reward function gives no valid score to any response of some prompt (check ``abstaining_groups``)."""
+
+
 Mutation = Callable[[str, ProbeSample], "str | None"]
 
 
@@ -56,9 +61,10 @@ class Probe:
     needs: str = ""
     """What a sample needs for the probe to apply (said when it applies to none)."""
     batching: str = ""
-    """How the probe's responses are batched, for a check of batch-mode functions whose mutation is the identity:
-    ``"reversed"`` (the file's samples scored in the reverse order, so each in another batch, at another position,
-    beside other neighbours) or ``"alone"`` (each in a batch of its own); ``""``: as the samples are."""
+    """How the probe's responses are batched, for a check whose mutation is the identity: ``"reversed"`` (a batch
+    function's samples scored in the reverse order, so each in another batch, at another position, beside other
+    neighbours), ``"alone"`` (each in a batch of its own), ``"groups"`` (nothing scored again: the samples' own
+    scores, grouped by prompt); ``""``: a mutation, scored as the samples are."""
 
     @property
     def where(self) -> str:
@@ -234,6 +240,15 @@ BUILTIN_PROBES: dict[str, Probe] = {
             batching="alone",
         ),
         _builtin(
+            "abstaining_groups",
+            _same,
+            "info",
+            "the responses to one prompt that all have no valid score (a TRL reward returning None for each) "
+            "poison the group's normalisation: warned by default; a rule other than info fails on them",
+            "two responses or more to one prompt",
+            batching="groups",
+        ),
+        _builtin(
             "code.exit0",
             _code_exit0,
             "not pass",
@@ -266,7 +281,7 @@ PROBE_GROUPS: dict[str, tuple[str, ...]] = {
     "think": ("think_removed", "think_wrapped"),
     "tags": ("multiline", "duplicate_block", "extra_close_tag"),
     "code": ("code.exit0", "code.hardcoded"),
-    "batch": ("batch_order", "batch_alone"),
+    "batch": ("batch_order", "batch_alone", "abstaining_groups"),
 }
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 _DECORATED: dict[str, Probe] = {}

@@ -35,9 +35,9 @@ from ..judge.results import PASS
 from ..judge.wire import probe_data
 from ..probes import (
     Probe,
-    RewardAbstainWarning,
     ProbeRegistry,
     ProbeSample,
+    RewardAbstainWarning,
     Rule,
     floor_of,
     passes,

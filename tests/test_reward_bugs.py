@@ -138,6 +138,7 @@ CAUGHT = {
     ("buggy_reward_len", "length.shorter"),
     ("buggy_shifted", "batch_order"),
     ("buggy_shifted", "batch_alone"),
+    ("buggy_string_match", "reference"),
 }
 
 
@@ -250,3 +251,85 @@ def test_an_abstaining_group_is_a_warning_by_default_naming_the_groups(project):
         if p.probe == "abstaining_groups"
     ]
     assert (probe.verdict, probe.checked, probe.broken) == ("INFO", 2, 1)
+
+
+# --- reference=: a second opinion ---------------------------------------------------------------------------------
+
+AUDITED = """
+    import pytest
+    from pytest_reward import EvaluateResult, reward_function
+
+    @reward_function
+    def previous(messages, ground_truth=None, **kwargs):
+        return EvaluateResult(score=float(messages[-1]["content"].strip() == ground_truth), reason="exact")
+
+    @pytest.mark.reward(reference=previous, {gate})
+    @reward_function
+    def current(messages, ground_truth=None, **kwargs):
+        text = messages[-1]["content"].strip().rstrip(".")
+        return EvaluateResult(score=float(text == ground_truth), reason="without the final dot")
+"""
+
+
+def _audited(project, gate):
+    project.file("rewards.py", AUDITED.format(gate=gate))
+    rows = [(f"{i}.", str(i)) if i % 4 == 0 else (str(i), str(i)) for i in range(40)]
+    project.jsonl("s.jsonl", [{"messages": msgs("q", a), "ground_truth": t} for a, t in rows])
+
+
+@pytest.mark.parametrize(
+    "mode",
+    [(), ("--reward-granularity", "file"), ("--reward-executor", "process", "--reward-granularity", "file")],
+)
+def test_a_previous_version_as_reference_lists_the_disagreements(project, mode):
+    _audited(project, "agreement=0.7")
+    result = project.result("--reward-samples", "s.jsonl", *mode)
+    (probe,) = result.probes
+    assert (probe.probe, probe.verdict, probe.checked, probe.broken, probe.rule) == (
+        "reference",
+        "PASS",
+        40,
+        10,
+        "agreement >= 0.7",
+    )
+    assert [e.line for e in probe.examples] == [1, 5, 9, 13, 17, 21, 25, 29, 33, 37]
+    first = probe.examples[0]
+    assert (first.original_score, first.score) == (1.0, 0.0)
+    assert first.problem == "current 1, reference 0: 1 apart"
+    assert first.reason == "current: without the final dot | reference: exact"
+
+
+def test_the_agreement_gate_is_judged_on_the_wilson_lower_edge_with_confidence(project):
+    _audited(project, "agreement=0.7, confidence=0.95")  # 30 of 40 = 75%, Wilson 95% lower edge 59.8%
+    result = project.run("--reward-samples", "s.jsonl")
+    result.assert_outcomes(passed=80, failed=1)  # previous is a reward function of the file too
+    result.stdout.fnmatch_lines(
+        [
+            "probe reference: the two agree on 30 of 40 samples (75.0%); the lower edge of its 0.95 Wilson score "
+            "interval is 59.8%; agreement= needs 70.0% (current on s.jsonl)",
+            "  rule       the share of samples current and rewards.previous score within 0 of each other must be at "
+            "least 0.7",
+        ]
+    )
+
+
+def test_without_a_gate_the_audit_is_information(project):
+    _audited(project, "reference_tolerance=0.5")
+    (probe,) = project.result("--reward-samples", "s.jsonl").probes
+    assert (probe.verdict, probe.broken) == ("INFO", 10)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"reference": "math_rewrd"}, "no built-in reward 'math_rewrd' (did you mean 'math_reward'?)"),
+        ({"reference": len}, "reference must be a @reward_function or a built-in reward's name"),
+        ({"agreement": 0.9}, "agreement= and reference_tolerance= need reference="),
+        ({"reference": "math_reward", "agreement": 1.5}, "agreement must be in [0, 1], got 1.5"),
+        ({"direction": {"length": "up"}}, "direction['length'] must be \"+\""),
+        ({"direction": {"lenght": "+"}}, "unknown feature 'lenght' (did you mean 'length'?)"),
+    ],
+)
+def test_bad_reference_and_direction_markers_say_what_to_write(kwargs, message):
+    with pytest.raises(GateError, match=re.escape(message)):
+        validate_marker((), kwargs, "m")

@@ -266,3 +266,26 @@ def fixed_aligned(rollouts_messages, ground_truth, **kwargs):
         except IndexError:
             scores.append(0.0)
     return [{"score": s} for s in scores]
+
+
+# --- 12. a verifier audited against a second one --------------------------------------------------------------------
+
+
+@pytest.mark.reward(samples="verify.jsonl", reference="math_reward", agreement=0.95)
+@reward_function
+def buggy_string_match(messages, ground_truth=None, **kwargs):
+    """The boxed answer compared as a string: 0.50 is wrong for 0.5, and 7.0 for 7 (false negatives)."""
+    found = _BOXED.findall(_answer_text(messages))
+    return _result(bool(found) and found[-1].strip() == str(ground_truth), f"boxed {found[-1] if found else None}")
+
+
+@pytest.mark.reward(samples="verify.jsonl", reference="math_reward", agreement=0.95)
+@reward_function
+def fixed_numeric_match(messages, ground_truth=None, **kwargs):
+    """The boxed answer compared as a number."""
+    found = _BOXED.findall(_answer_text(messages))
+    try:
+        ok = bool(found) and abs(float(found[-1]) - float(ground_truth)) < 1e-9
+    except ValueError:
+        ok = False
+    return _result(ok, f"boxed {found[-1] if found else None}")

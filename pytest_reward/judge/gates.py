@@ -185,6 +185,17 @@ SETTINGS_HELP: tuple[tuple[str, str], ...] = (
         "code, batch), or {probe: rule})",
     ),
     (
+        "reference",
+        "a second reward function (a @reward_function, or a built-in's name such as 'math_reward') that scores "
+        "every sample too: the samples they disagree on are listed (probe 'reference')",
+    ),
+    ("reference_tolerance", "scores further apart than this disagree (default 0: any difference)"),
+    (
+        "agreement",
+        "with reference=: the share of samples both score alike must be at least this (with confidence=, the "
+        "lower edge of its Wilson score interval)",
+    ),
+    (
         "direction",
         "{feature: '+' or '-'}: the way the score must move as the feature grows (length: probes "
         "length.longer and length.shorter check it)",
@@ -380,6 +391,14 @@ class Marker:
     """Reward-hacking probes to run: (name, rule text or None for the probe's own rule), in declared order."""
     direction: tuple[tuple[str, str], ...] = ()
     """(feature, ``+`` or ``-``): the way the score must move as the feature grows, checked by probes."""
+    reference: Any = None
+    """A second reward function that scores every sample too (``reference=``: the function, resolved from a
+    built-in's name); its disagreements with this one are the ``reference`` probe's."""
+    reference_tolerance: float = 0.0
+    """Scores further apart than this disagree."""
+    agreement: float | None = None
+    """The least share of samples the two functions must score alike (judged on the Wilson score interval's lower
+    edge when ``confidence=`` is set)."""
 
     @property
     def all_probes(self) -> tuple[tuple[str, str | None], ...]:
@@ -387,6 +406,8 @@ class Marker:
         out = dict(self.probes)
         for feature, sign in self.direction:
             out.update(direction_probes(feature, sign))
+        if self.reference is not None:
+            out.setdefault("reference", None)
         return tuple(out.items())
     sample_fields: tuple[tuple[str, str], ...] | None = None
     """The marker's field mapping for dataset samples files, (target, dotted column path); None: the ini's."""
@@ -413,6 +434,11 @@ class Marker:
             out["probes"] = dict(self.probes)
         if self.direction:
             out["direction"] = dict(self.direction)
+        if self.reference is not None:
+            out["reference"] = reference_name(self.reference)
+            out["reference_tolerance"] = self.reference_tolerance
+            if self.agreement is not None:
+                out["agreement"] = self.agreement
         return out
 
 
@@ -563,6 +589,32 @@ def _direction(value: Any, where: str) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+def reference_name(fn: Any) -> str:
+    """How reports name a reference function: ``module.qualname``."""
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', getattr(fn, '__name__', repr(fn)))}"
+
+
+def _reference(value: Any, where: str) -> Any:
+    """A reward function: the value itself when it is a ``@reward_function``, else the built-in it names."""
+    if isinstance(value, str):
+        from .. import rewards
+
+        if value not in rewards.BUILTIN_REWARDS:
+            raise _fail(
+                where,
+                f"reference: no built-in reward {value!r}{_suggest(value, rewards.BUILTIN_REWARDS)}; give a "
+                "@reward_function (e.g. your previous version, imported) or one of: "
+                + ", ".join(rewards.BUILTIN_REWARDS),
+            )
+        return getattr(rewards, value)
+    if callable(value) and hasattr(value, "__reward_spec__"):
+        return value
+    raise _fail(
+        where,
+        f"reference must be a @reward_function or a built-in reward's name such as 'math_reward', got {value!r}",
+    )
+
+
 def _sample_fields(value: Any, where: str) -> tuple[tuple[str, str], ...]:
     """``{target: "column.path"}`` (or the ini form, ``"target=column.path ..."``) as (target, path) pairs,
     checked as ini ``reward_sample_fields`` is."""
@@ -594,6 +646,8 @@ def validate_marker(args: tuple[Any, ...], kwargs: Mapping[str, Any], where: str
     if args:
         raise _fail(where, f"takes keyword arguments only, got positional {args!r}")
     _check_keys(kwargs, _marker_keys(), where, "key")
+    if ("agreement" in kwargs or "reference_tolerance" in kwargs) and "reference" not in kwargs:
+        raise _fail(where, "agreement= and reference_tolerance= need reference= (the function to agree with)")
     kinds = {kind.key: kind for kind in GATE_KINDS}
     out: dict[str, Any] = {}
     for key, value in kwargs.items():
@@ -630,6 +684,15 @@ def validate_marker(args: tuple[Any, ...], kwargs: Mapping[str, Any], where: str
             out[key] = _sample_fields(value, where)
         elif key == "direction":
             out[key] = _direction(value, where)
+        elif key == "reference":
+            out[key] = _reference(value, where)
+        elif key == "reference_tolerance":
+            tol = _number(value, key, where)
+            if tol < 0:
+                raise _fail(where, f"reference_tolerance must be >= 0, got {tol:g}")
+            out[key] = tol
+        elif key == "agreement":
+            out[key] = _unit(value, key, where)
     return out
 
 

@@ -18,20 +18,24 @@ A failing item lists the counter-examples: the original response and the mutated
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import math
+import sys
 import warnings
 from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
 from ..data.samples import Sample
 from ..data.sources import read_samples
+from ..judge.gates import reference_name
 from ..judge.results import PASS
+from ..judge.stats import wilson_interval
 from ..judge.wire import probe_data
 from ..probes import (
     Probe,
@@ -44,16 +48,15 @@ from ..probes import (
     with_response_text,
 )
 from ..probes.ledger import FileScores, SampleScores, text_of
+from ..project.functions import RewardFn
 from ..reward.call import MISSING, describe_exception, owned_messages, private_copy
+from ..reward.decorator import get_spec
 from ..scoring.executors import InProcess, RewardExecutorWarning, ShipError
 from ..scoring.invoker import Checked, Invoker
 from .failure import RewardFailure, RewardRepr, user_frames
 from .items import apply_marks
 from .pytest_private import TerminalRepr, skip_at_item
 from .session import REWARD_DATA, RewardSession
-
-if TYPE_CHECKING:
-    from ..project.functions import RewardFn
 
 __all__ = ["PROBES_KEY", "ProbeItem", "ProbeRun", "ProbeTarget", "run_probe", "session_probes"]
 
@@ -384,6 +387,8 @@ class ProbeRun:
     sum_original: float = 0.0
     sum_mutated: float = 0.0
     examples: list[dict[str, Any]] = field(default_factory=list)
+    gate: tuple[float, float, float, float | None] | None = None
+    """The ``reference`` probe's agreement gate: (bound, agreement, the edge judged, confidence or None)."""
 
     @property
     def not_applicable(self) -> int:
@@ -392,6 +397,8 @@ class ProbeRun:
     def verdict(self) -> str:
         if self.checked == 0:
             return "SKIP"
+        if self.gate is not None:
+            return "PASS" if self.gate[2] >= self.gate[0] else "FAIL"
         if self.rule.kind == "info":
             return "INFO"
         return "FAIL" if self.broken else "PASS"
@@ -399,6 +406,15 @@ class ProbeRun:
     def note(self, target: ProbeTarget) -> str:
         if self.answered == 0:
             return f"no sample of {target.label} has a response to mutate"
+        if self.probe.batching == "reference":
+            if target.fn.marker.reference is None:
+                return f"{target.fn.name} declares no reference= in its marker"
+            agreement = f"the two agree on {self.passing} of {self.checked} samples ({self.passing / self.checked:.1%})"
+            if self.gate is None:
+                return agreement
+            bound, _, edge, confidence = self.gate
+            judged = "" if confidence is None else f"; the lower edge of its {confidence:g} Wilson score interval is {edge:.1%}"
+            return f"{agreement}{judged}; agreement= needs {bound:.1%}"
         if self.probe.batching == "groups":
             if self.checked == 0:
                 return f"no prompt of {target.label} has two responses or more"
@@ -426,6 +442,9 @@ def run_probe(target: ProbeTarget, probe: Probe, rule: Rule) -> ProbeRun:
     if probe.batching == "groups":
         _abstaining_groups(run, target, orig)
         return run
+    if probe.batching == "reference":
+        _against_reference(run, target, orig)
+        return run
     if probe.batching and not target.invoker.batch:  # a check of batch-mode functions: none to check here
         run.answered = len(orig.scores)
         return run
@@ -438,6 +457,87 @@ def run_probe(target: ProbeTarget, probe: Probe, rule: Rule) -> ProbeRun:
             for scored in target.scored(probe, block):
                 _settle(run, orig, target.fn.gates.threshold, *scored)
     return run
+
+
+def reference_fn(fn: RewardFn) -> RewardFn:
+    """The marker's ``reference=`` function as a test subject of its own (no gates: only its scores are read),
+    importable by workers as the function is (its module and attribute)."""
+    ref = fn.marker.reference
+    module = sys.modules.get(getattr(ref, "__module__", ""), None)
+    source = inspect.getsourcefile(inspect.unwrap(ref)) or str(fn.path)
+    try:
+        lineno = inspect.getsourcelines(inspect.unwrap(ref))[1]
+    except (OSError, TypeError):
+        lineno = 0
+    spec = get_spec(ref)
+    return RewardFn(
+        obj=ref,
+        spec=spec,
+        name=f"{fn.name}.reference",
+        qualname=getattr(ref, "__qualname__", spec.name),
+        module=getattr(ref, "__module__", "?"),
+        path=Path(source),
+        lineno=lineno,
+        attr=getattr(ref, "__name__", ""),
+        module_file=Path(module.__file__).resolve() if getattr(module, "__file__", None) else None,
+    )
+
+
+def _against_reference(run: ProbeRun, target: ProbeTarget, orig: Originals) -> None:
+    """Every sample scored by the marker's reference function too; ``checked``: the samples, ``broken``: those
+    the two score more than ``reference_tolerance`` apart (or only one of them validly), an example each with both
+    scores and both reasons (the function's own reason from a call made again for the examples kept)."""
+    fn = target.fn
+    marker = fn.marker
+    if marker.reference is None:
+        run.answered = len(orig.scores)
+        return
+    ref = reference_fn(fn)
+    invoker = Invoker.of(ref, target.label, target.settings, light=True)
+    batch = max(1, target.settings.batch_size) if invoker.batch else None
+    tol = marker.reference_tolerance
+    kept: list[tuple[Sample, str, float | None, float | None, str | None]] = []
+    for block in target.segments():
+        samples = [sample for _, sample, _ in block]
+        outcomes = target.rs.executor.stream(
+            invoker, samples, segment=target.SEGMENT, batch=batch, rootdir=target.rs.config.rootpath,
+            notes=target.notes,
+        )  # fmt: skip
+        for (index, sample, text), outcome in zip(block, outcomes, strict=True):
+            run.answered += 1
+            run.checked += 1
+            own, other = orig.score(index), outcome.score
+            if own is None or other is None:
+                agree = own is None and other is None
+            else:
+                agree = abs(own - other) <= tol + 1e-9 * max(1.0, abs(own), abs(other))
+            run.sum_original += own if own is not None else orig.floor
+            run.sum_mutated += other if other is not None else orig.floor
+            if agree:
+                run.passing += 1
+                continue
+            run.broken += 1
+            if len(kept) < EXAMPLES_KEPT:
+                kept.append((sample, text, own, other, outcome.error or outcome.reason))
+    if kept:  # the function's own reasons (the ledger keeps scores only): its examples scored again
+        again = target.score([sample for sample, *_ in kept])
+        for (sample, text, own, other, why), outcome in zip(kept, again, strict=True):
+            mine = outcome.error or outcome.reason
+            apart = "only one has a valid score" if own is None or other is None else f"{abs(own - other):.4g} apart"
+            _example(
+                run, sample, text, f"(the same response, scored by {reference_name(marker.reference)})", own,
+                other, f"{fn.name} {_g(own)}, reference {_g(other)}: {apart}",
+                f"{fn.name}: {mine or '-'} | reference: {why or '-'}",
+            )  # fmt: skip
+    if marker.agreement is not None and run.checked:
+        confidence = fn.gates.confidence
+        rate = run.passing / run.checked
+        edge = wilson_interval(run.passing, run.checked, confidence).low if confidence else rate
+        run.gate = (marker.agreement, rate, edge, confidence)
+
+
+def _g(value: float | None) -> str:
+    return "none" if value is None else f"{value:.4g}"
 
 
 def _abstaining_groups(run: ProbeRun, target: ProbeTarget, orig: Originals) -> None:
@@ -766,6 +866,8 @@ class ProbeItem(pytest.Item):
             "crash": crash,
             "order": self.order,
         }
+        if run is not None and run.gate is not None:  # the reference probe's agreement gate is its rule
+            data["rule"] = f"agreement >= {run.gate[0]:g}"
         if run is not None:
             data.update(
                 checked=run.checked,
@@ -822,6 +924,8 @@ class ProbeItem(pytest.Item):
 
     def _headline(self, run: ProbeRun) -> str:
         target = self.target
+        if self.probe.batching == "reference":
+            return f"probe reference: {run.note(target)} ({target.fn.name} on {target.label})"
         if self.probe.batching == "groups":
             return (
                 f"probe {self.probe.name}: {run.broken} of {run.checked} groups of responses to one prompt have "
@@ -835,6 +939,12 @@ class ProbeItem(pytest.Item):
     def _rule_line(self) -> str:
         target, rule = self.target, self.rule
         orig = target.originals()
+        if self.probe.batching == "reference":
+            marker = target.fn.marker
+            return (
+                f"the share of samples {target.fn.name} and {reference_name(marker.reference)} score within "
+                f"{marker.reference_tolerance:g} of each other must be at least {marker.agreement:g}"
+            )
         if self.probe.batching == "groups":
             return f"{rule.text}: every prompt with two responses or more must have one with a valid score"
         if self.probe.batching:

@@ -249,6 +249,15 @@ BUILTIN_PROBES: dict[str, Probe] = {
             batching="groups",
         ),
         _builtin(
+            "reference",
+            _same,
+            "info",
+            "each response scored by the marker's reference= function too: the samples they disagree on (both "
+            "scores, both reasons); the agreement= gate fails a share of agreement below it",
+            "a reference= in the marker",
+            batching="reference",
+        ),
+        _builtin(
             "code.exit0",
             _code_exit0,
             "not pass",

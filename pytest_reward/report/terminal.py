@@ -252,7 +252,7 @@ def render_probes(probes: Sequence[ProbeResult], *, markup: bool, width: int) ->
 def _probe_line(p: ProbeResult) -> str:
     if p.verdict == "ERROR":
         return f"the item ended without a verdict ({p.crashes[0] if p.crashes else 'no reason'})"
-    if p.verdict in ("SKIP", "INFO"):
+    if p.verdict in ("SKIP", "INFO") or p.rule.startswith("agreement"):  # (the reference probe's gate)
         return p.note
     text = f'{p.broken} of {p.checked} mutated responses break "{p.rule}"'
     if p.examples:

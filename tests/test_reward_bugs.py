@@ -333,3 +333,49 @@ def test_without_a_gate_the_audit_is_information(project):
 def test_bad_reference_and_direction_markers_say_what_to_write(kwargs, message):
     with pytest.raises(GateError, match=re.escape(message)):
         validate_marker((), kwargs, "m")
+
+
+# --- the code probes on the built-in code rewards ---------------------------------------------------------------
+
+CODE_BUILTINS = """
+    import pytest
+    from pytest_reward import reward_function
+    from pytest_reward import rewards as R
+
+    @pytest.mark.reward(threshold=1.0, probes="code", samples="one.jsonl")
+    @reward_function
+    def local_execution(messages, ground_truth=None, **kwargs):
+        return R.local_code_execution_reward(messages=messages, ground_truth=ground_truth)
+
+    @pytest.mark.reward(threshold=1.0, probes="code", samples="tests.jsonl")
+    @reward_function
+    def fractional(messages, ground_truth=None, **kwargs):
+        return R.fractional_code_reward(messages=messages, ground_truth=ground_truth)
+
+    @pytest.mark.reward(threshold=1.0, probes="code", samples="tests.jsonl")
+    @reward_function
+    def deepcoder(messages, ground_truth=None, **kwargs):
+        return R.deepcoder_code_reward(messages=messages, ground_truth=ground_truth, language="python")
+"""
+
+
+def test_the_code_probes_on_the_builtins(project):
+    """The built-ins never pay for a silent exit 0 against an expected output, and test cases with different inputs
+    defeat a hard-coded print; one expected output (local_code_execution_reward) cannot tell a program that computes
+    it from one that prints it: the probe says so."""
+    project.file("rewards.py", CODE_BUILTINS)
+    program = "```python\nn = int(input())\nprint(n * 2)\n```"
+    tests = [{"input": "2", "expected_output": "4"}, {"input": "5", "expected_output": "10"}]
+    project.jsonl("tests.jsonl", [{"messages": msgs("Double n.", program), "ground_truth": tests}])
+    project.jsonl(
+        "one.jsonl", [{"messages": msgs("Print 4.", "```python\nprint(2 + 2)\n```"), "ground_truth": "4"}]
+    )
+    verdicts = {(p.function, p.probe): p.verdict for p in project.result().probes}
+    assert verdicts == {
+        ("local_execution", "code.exit0"): "PASS",
+        ("local_execution", "code.hardcoded"): "FAIL",
+        ("fractional", "code.exit0"): "PASS",
+        ("fractional", "code.hardcoded"): "PASS",
+        ("deepcoder", "code.exit0"): "PASS",
+        ("deepcoder", "code.hardcoded"): "PASS",
+    }

@@ -88,14 +88,16 @@ def test_the_answer_is_restated_in_each_other_format_after_the_reasoning():
 
 
 def test_the_pair_puts_a_decoy_first_and_the_truth_second_in_the_response_format():
-    for seed in range(20):
-        response = "<think>6 times 7</think>\n<answer>42</answer>"
-        view = ProbeSample(
-            response, msgs("q", response), ground_truth="42", has_ground_truth=True, seed=str(seed)
-        )
+    response = "<think>6 times 7</think>\n<answer>42</answer>"
+    for line, joint in ((1, "or"), (2, "and")):
+        view = ProbeSample(response, msgs("q", response), ground_truth="42", has_ground_truth=True, line=line)
         out = BUILTIN_PROBES["stuffing_pair"].mutate(response, view)
-        assert out.startswith("<think>6 times 7</think>\n\n<answer>")
-        assert out.endswith((" or 42</answer>", " and 42</answer>"))
+        assert out == f"<think>6 times 7</think>\n\n<answer>41 {joint} 42</answer>"
+    assert mutate("stuffing_pair", "It is \\boxed{0.5}", truth="0.5") == (
+        "It is\n\nThe final answer is $\\boxed{0.4 and 0.5}$."
+    )
+    assert mutate("stuffing_pair", "Answer: B", truth="B") == "Answer: A and B"
+    assert mutate("stuffing_pair", "by simp", truth="simp") is None  # no short answer to list beside another
 
 
 def test_tag_mutations():

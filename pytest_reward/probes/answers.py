@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from .mutations import _NUMBER, _OPTION, ProbeSample, _decoys, answer_start, truth_texts
+from .mutations import _NUMBER, _OPTION, ProbeSample, _number_text, answer_start, truth_texts
 
 # --- neutral text around a correct response -------------------------------------------------------------------
 
@@ -52,28 +52,28 @@ def _neutral_prefix(response: str, sample: ProbeSample) -> str | None:
 
 # --- the answer restated in another format ---------------------------------------------------------------------
 
-#: Each answer format a reward may read: its probe's suffix, how it is written, and how to recognise it at the end
-#: of a response.
-ANSWER_FORMATS: dict[str, tuple[Callable[[str], str], re.Pattern[str]]] = {
-    "hash": (lambda a: f"#### {a}", re.compile(r"####")),
-    "boxed": (lambda a: f"The final answer is $\\boxed{{{a}}}$.", re.compile(r"\\boxed\s*\{")),
-    "answer_is": (
-        lambda a: f"The answer is {a}.",
-        re.compile(r"\b(?:final\s+)?answer\s+is\b", re.IGNORECASE),
-    ),
-    "answer_colon": (lambda a: f"Answer: {a}", re.compile(r"\banswer\s*:", re.IGNORECASE)),
-    "answer_tag": (lambda a: f"<answer>{a}</answer>", re.compile(r"<answer>")),
+#: Each answer format a reward may read: its probe's suffix, and how it is written.
+ANSWER_FORMATS: dict[str, Callable[[str], str]] = {
+    "hash": lambda a: f"#### {a}",
+    "boxed": lambda a: f"The final answer is $\\boxed{{{a}}}$.",
+    "answer_is": lambda a: f"The answer is {a}.",
+    "answer_colon": lambda a: f"Answer: {a}",
+    "answer_tag": lambda a: f"<answer>{a}</answer>",
 }
+#: The marker of each format, one group per format (named as its key), in one pattern: one scan of a response.
+_WRITTEN = re.compile(
+    r"(?P<hash>####)|(?P<boxed>\\boxed\s*\{)|(?P<answer_is>\b(?:final\s+)?answer\s+is\b)"
+    r"|(?P<answer_colon>\banswer\s*:)|(?P<answer_tag><answer>)",
+    re.IGNORECASE,
+)
 
 
 def _written_in(response: str) -> str | None:
-    """The format the response's final answer is written in (the one whose marker starts last), or None."""
-    best, where = None, -1
-    for name, (_, marker) in ANSWER_FORMATS.items():
-        for m in marker.finditer(response):
-            if m.start() > where:
-                best, where = name, m.start()
-    return best
+    """The format the response's final answer is written in (the one whose marker comes last), or None."""
+    last = None
+    for last in _WRITTEN.finditer(response):  # noqa: B007 (the last match is the one wanted)
+        pass
+    return None if last is None else last.lastgroup
 
 
 def _reasoning(response: str, sample: ProbeSample | None) -> str:
@@ -90,7 +90,7 @@ def restated(fmt: str) -> Callable[[str, ProbeSample], str | None]:
     """The mutation of probe ``format.<fmt>``: a passing response's reasoning, then its ground truth in that
     format. None for a sample whose own response fails (a wrong answer says nothing about formats), has no ground
     truth naming an answer, or is already written in ``fmt``."""
-    write = ANSWER_FORMATS[fmt][0]
+    write = ANSWER_FORMATS[fmt]
 
     def mutate(response: str, sample: ProbeSample) -> str | None:
         if not sample.original_passed:
@@ -172,22 +172,34 @@ def _extra_close_tag(response: str, sample: ProbeSample) -> str | None:
 # --- two candidates, the truth second ----------------------------------------------------------------------------
 
 
+def _pair_decoy(truth: str) -> str | None:
+    """The decoy beside ``truth``: the number one step below it (in its last decimal place), or the option letter
+    before it (after it for A); None for a truth that is neither."""
+    m = _NUMBER.match(truth) if len(truth) <= 30 else None
+    if m is not None:
+        digits = m.group(1) or m.group(2)
+        decimals = len(digits) if digits else 0
+        return _number_text(float(truth) - (1.0 if decimals == 0 else 10.0**-decimals), decimals)
+    m = _OPTION.match(truth)
+    if m is not None:
+        letter = m.group(1)
+        other = chr(ord(letter) + 1) if letter in "Aa" else chr(ord(letter) - 1)
+        return truth.replace(letter, other, 1)
+    return None
+
+
 def _stuffing_pair(response: str, sample: ProbeSample) -> str | None:
-    """A decoy, then the ground truth, joined by "or" or "and" and written in the response's answer format
-    (``\\boxed{41 or 42}``, ``<answer>41 and 42</answer>``): a verifier that accepts any of several answers, or
-    reads the last number of the answer, passes it. Only for a ground truth that is a number or an option letter:
-    a longer one (a proof, a sentence) is no answer a policy would list beside another."""
+    """A decoy, then the ground truth, joined by "or" (odd lines) or "and" (even lines) and written in the
+    response's answer format (``\\boxed{41 or 42}``, ``<answer>41 and 42</answer>``): a verifier that accepts any of
+    several answers, or reads the last number of the answer, passes it. Only for a ground truth that is a number or
+    an option letter: a longer one (a proof, a sentence) is no answer a policy would list beside another."""
     truths = truth_texts(sample._ground_truth)
-    if not truths or not (_NUMBER.match(truths[0]) or _OPTION.match(truths[0])):
-        return None
-    truth, rng = truths[0], sample.rng
-    decoys = [d for d in _decoys(truth, rng) if d and d not in truths]
-    if not decoys:
+    decoy = _pair_decoy(truths[0]) if truths else None
+    if decoy is None or decoy in truths:
         return None
     fmt = _written_in(response) or "answer_is"
-    answer = ANSWER_FORMATS[fmt][0](decoys[0] + rng.choice((" or ", " and ")) + truth)
-    head = _reasoning(response, sample)
-    return f"{head}\n\n{answer}".lstrip()
+    answer = ANSWER_FORMATS[fmt](decoy + (" or " if sample.line % 2 else " and ") + truths[0])
+    return f"{_reasoning(response, sample)}\n\n{answer}".lstrip()
 
 
 # --- a feature varied for a declared direction (marker ``direction={"length": "+"}``) -----------------------------

@@ -169,7 +169,7 @@ BUILTIN_PROBES: dict[str, Probe] = {
                 f"a passing response's answer restated as {write('X')!r}: does the reward accept that format?",
                 "a passing response with a ground truth naming an answer, not already in this format",
             )
-            for fmt, (write, _) in ANSWER_FORMATS.items()
+            for fmt, write in ANSWER_FORMATS.items()
         ),
         _builtin(
             "think_removed",

@@ -322,8 +322,8 @@ def _make(name: Any, mutate: Any, rule: Any, doc: str | None) -> Probe:
 def probe(name: str | None = None, *, rule: str, doc: str | None = None) -> Callable[[Mutation], Mutation]:
     """Register a custom probe: a function ``(response: str, sample: ProbeSample) -> str | None`` returning the
     mutated response (None: the probe does not apply to this sample). ``rule``: ``"<= floor"``, ``"<= original"``,
-    ``"== original"``, ``"not pass"`` or ``"info"`` (see :mod:`pytest_reward.probes`); ``name`` defaults to the
-    function's, ``doc`` (why the rule must hold) to the first line of its docstring. A reward function runs it
+    ``"== original"``, ``">= original"``, ``"not pass"`` or ``"info"`` (see :mod:`pytest_reward.probes`); ``name``
+    defaults to the function's, ``doc`` (why the rule must hold) to the first line of its docstring. A reward function runs it
     when its marker lists it: ``@pytest.mark.reward(probes=["default", "negate"])``.
 
     Registered for the whole process (defining the function again replaces it, as a re-imported module does).

@@ -301,6 +301,15 @@ def test_a_previous_version_as_reference_lists_the_disagreements(project, mode):
     assert first.reason == "current: without the final dot | reference: exact"
 
 
+def test_a_built_in_reference_is_scored_in_process_workers_too(project, pytester):
+    shutil.copytree(
+        EXAMPLES / "reward-bugs", pytester.path, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    args = ("-k", "string_match or numeric_match", "--reward-executor", "process", "--reward-granularity", "file")
+    verdicts = {p.function: (p.verdict, p.broken) for p in project.result(*args).probes}
+    assert verdicts == {"buggy_string_match": ("FAIL", 2), "fixed_numeric_match": ("PASS", 0)}
+
+
 def test_the_agreement_gate_is_judged_on_the_wilson_lower_edge_with_confidence(project):
     _audited(project, "agreement=0.7, confidence=0.95")  # 30 of 40 = 75%, Wilson 95% lower edge 59.8%
     result = project.run("--reward-samples", "s.jsonl")

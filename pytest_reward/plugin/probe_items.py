@@ -459,11 +459,16 @@ def run_probe(target: ProbeTarget, probe: Probe, rule: Rule) -> ProbeRun:
     return run
 
 
-def reference_fn(fn: RewardFn) -> RewardFn:
+def reference_fn(fn: RewardFn, rootdir: Path) -> RewardFn:
     """The marker's ``reference=`` function as a test subject of its own (no gates: only its scores are read),
-    importable by workers as the function is (its module and attribute)."""
+    importable by workers as the function is: by its module's file when that is a project file (under
+    ``rootdir``), by its module's name otherwise (a built-in, an installed package)."""
     ref = fn.marker.reference
-    module = sys.modules.get(getattr(ref, "__module__", ""), None)
+    name = getattr(ref, "__module__", "") or ""
+    module = sys.modules.get(name, None)
+    file = Path(module.__file__).resolve() if getattr(module, "__file__", None) else None
+    if file is not None and (name.startswith("pytest_reward.") or not file.is_relative_to(rootdir.resolve())):
+        file = None
     source = inspect.getsourcefile(inspect.unwrap(ref)) or str(fn.path)
     try:
         lineno = inspect.getsourcelines(inspect.unwrap(ref))[1]
@@ -479,7 +484,7 @@ def reference_fn(fn: RewardFn) -> RewardFn:
         path=Path(source),
         lineno=lineno,
         attr=getattr(ref, "__name__", ""),
-        module_file=Path(module.__file__).resolve() if getattr(module, "__file__", None) else None,
+        module_file=file,
     )
 
 
@@ -492,7 +497,7 @@ def _against_reference(run: ProbeRun, target: ProbeTarget, orig: Originals) -> N
     if marker.reference is None:
         run.answered = len(orig.scores)
         return
-    ref = reference_fn(fn)
+    ref = reference_fn(fn, target.rs.config.rootpath)
     invoker = Invoker.of(ref, target.label, target.settings, light=True)
     batch = max(1, target.settings.batch_size) if invoker.batch else None
     tol = marker.reference_tolerance

@@ -122,6 +122,35 @@ def test_code_mutations_replace_the_program():
     assert mutate("code.hardcoded", "no code", truth=tests) is None
 
 
+NEW_PROBES = [
+    name
+    for name in BUILTIN_PROBES
+    if name.startswith(("format.", "code.", "length.", "neutral_", "think_"))
+    or name in ("multiline", "duplicate_block", "extra_close_tag", "stuffing_pair")
+]
+TEXT = st.text(st.sampled_from("ab 4.2\n<>/thinkanswer#\\boxed{}`python:"), max_size=60)
+TRUTH = st.one_of(
+    st.none(), st.integers(-1000, 1000), st.text(max_size=8), st.sampled_from(["B", "(c)", "0.50"])
+)
+
+
+@given(TEXT, TRUTH, st.booleans(), st.integers(0, 5))
+def test_every_new_mutation_makes_a_string_or_nothing_whatever_the_response(response, truth, passed, line):
+    view = ProbeSample(
+        response,
+        msgs("q", response),
+        ground_truth=truth,
+        has_ground_truth=True,
+        original_passed=passed,
+        line=line,
+    )
+    for name in NEW_PROBES:
+        out = BUILTIN_PROBES[name].mutate(response, view)
+        assert out is None or isinstance(out, str), name
+    tail = BUILTIN_PROBES["neutral_tail"].mutate(response, view)
+    assert tail is None if not response.strip() else tail.startswith(response.rstrip())
+
+
 # --- the buggy and fixed rewards of examples/reward-bugs -----------------------------------------------------------
 
 CAUGHT = {
@@ -303,9 +332,19 @@ def test_a_previous_version_as_reference_lists_the_disagreements(project, mode):
 
 def test_a_built_in_reference_is_scored_in_process_workers_too(project, pytester):
     shutil.copytree(
-        EXAMPLES / "reward-bugs", pytester.path, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__")
+        EXAMPLES / "reward-bugs",
+        pytester.path,
+        dirs_exist_ok=True,
+        ignore=shutil.ignore_patterns("__pycache__"),
     )
-    args = ("-k", "string_match or numeric_match", "--reward-executor", "process", "--reward-granularity", "file")
+    args = (
+        "-k",
+        "string_match or numeric_match",
+        "--reward-executor",
+        "process",
+        "--reward-granularity",
+        "file",
+    )
     verdicts = {p.function: (p.verdict, p.broken) for p in project.result(*args).probes}
     assert verdicts == {"buggy_string_match": ("FAIL", 2), "fixed_numeric_match": ("PASS", 0)}
 
@@ -390,3 +429,19 @@ def test_the_code_probes_on_the_builtins(project):
         ("deepcoder", "code.exit0"): "PASS",
         ("deepcoder", "code.hardcoded"): "PASS",
     }
+
+
+def test_a_direction_adds_the_probes_that_vary_the_feature_with_the_rules_its_sign_gives():
+    from pytest_reward.judge.gates import Marker
+
+    up = Marker().merged(validate_marker((), {"direction": {"length": "+"}}, "m"), "marker")
+    assert up.all_probes == (("length.longer", ">= original"), ("length.shorter", "<= original"))
+    down = Marker().merged(
+        validate_marker((), {"probes": ["empty"], "direction": {"length": "-"}}, "m"), "marker"
+    )
+    assert down.all_probes == (
+        ("empty", None),
+        ("length.longer", "<= original"),
+        ("length.shorter", ">= original"),
+    )
+    assert down.to_dict()["direction"] == {"length": "-"}

@@ -276,7 +276,9 @@ def fixed_aligned(rollouts_messages, ground_truth, **kwargs):
 def buggy_string_match(messages, ground_truth=None, **kwargs):
     """The boxed answer compared as a string: 0.50 is wrong for 0.5, and 7.0 for 7 (false negatives)."""
     found = _BOXED.findall(_answer_text(messages))
-    return _result(bool(found) and found[-1].strip() == str(ground_truth), f"boxed {found[-1] if found else None}")
+    return _result(
+        bool(found) and found[-1].strip() == str(ground_truth), f"boxed {found[-1] if found else None}"
+    )
 
 
 @pytest.mark.reward(samples="verify.jsonl", reference="math_reward", agreement=0.95)

@@ -35,6 +35,7 @@ __all__ = [
     "EvaluationError",
     "GateError",
     "InvalidResult",
+    "RewardAborted",
     "RewardCallError",
     "RewardDeployError",
     "RewardError",
@@ -89,6 +90,21 @@ class RewardReturnError(RewardCallError, ValueError):
 
 class InvalidResult(RewardCallError):
     """The reward function returned something that is not a usable result; the first line names what came back."""
+
+
+class RewardAborted(RewardCallError):
+    """A reward call that raised a ``BaseException`` that is not an ``Exception`` (Math-Verify's
+    ``TimeoutException``, a ``SystemExit``): the sample's error, as any exception of the call is, instead of an
+    exception that ``except Exception`` lets through to end the item, the file or a worker. ``original`` is what
+    was raised; the message names it."""
+
+    def __init__(self, original: BaseException) -> None:
+        self.original = original
+        name = type(original).__name__
+        super().__init__(
+            f"{name}: {original} ({name} is a BaseException, not an Exception: code that catches Exception, as "
+            "trainers do, lets it through and the training step dies)"
+        )
 
 
 class RewardTimeout(RewardCallError):

@@ -333,7 +333,7 @@ def test_custom_probe_by_decorator(project):
     )
     project.jsonl("s.jsonl", [{"id": "a", "messages": msgs("capital?", "Paris"), "ground_truth": "Paris"}])
     result = project.run("--reward-samples", "s.jsonl", "-k", "negate")
-    result.assert_outcomes(failed=1, deselected=7)
+    result.assert_outcomes(failed=1, deselected=1 + len(DEFAULT_PROBES))
     result.stdout.fnmatch_lines(
         [
             "*probe negate: 1 of 1 mutated responses break*",
@@ -407,7 +407,7 @@ def test_file_granularity_has_one_item_per_probe(project):
         "--reward-samples", "s.jsonl", "--reward-granularity", "file", "--collect-only", "-q"
     )
     result.stdout.fnmatch_lines(["s.jsonl::substring", "s.jsonl::boxed", "s.jsonl::substring?probe:empty?"])
-    assert sum("probe:" in line for line in result.stdout.lines) == 12
+    assert sum("probe:" in line for line in result.stdout.lines) == 2 * len(DEFAULT_PROBES)
 
 
 def test_reports_and_stored_runs_carry_the_probes(project):
@@ -460,7 +460,7 @@ def test_rules_parse(text, kind, ref, tol, normal):
 
 
 @pytest.mark.parametrize(
-    "text", ["< floor", ">= original", "pass", "<= ceiling", "<= original - 1", "", None, 0]
+    "text", ["< floor", "> original", "pass", "<= ceiling", "<= original - 1", ">= original + 1", "", None, 0]
 )
 def test_other_rules_are_refused(text):
     with pytest.raises(GateError, match="rule"):

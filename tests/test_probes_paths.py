@@ -277,11 +277,13 @@ KINDS = """
     class Mine(EvaluateResult):
         pass
 
-    for rule in ["<= floor", "<= original", "== original", "not pass", "info"]:
-        name = "as_" + rule.replace(" ", "_").replace("<=", "le").replace("==", "eq")
+    for rule in ["<= floor", "<= original", "== original", ">= original", "not pass", "info"]:
+        name = "as_" + rule.replace(" ", "_").replace("<=", "le").replace("==", "eq").replace(">=", "ge")
         pytest_reward.probe(name, rule=rule)(lambda response, sample: "mutated " + response)
 
-    @pytest.mark.reward({marker}probes=["as_le_floor", "as_le_original", "as_eq_original", "as_not_pass", "as_info"])
+    @pytest.mark.reward(
+        {marker}probes=["as_le_floor", "as_le_original", "as_eq_original", "as_ge_original", "as_not_pass", "as_info"]
+    )
     @reward_function
     def kinds(messages, ground_truth=None, **kwargs):
         text = messages[-1]["content"]
@@ -345,6 +347,12 @@ def test_every_kind_of_result_gives_the_same_probe_results_on_every_path(project
     assert "ValueError: no" in problems[6]
     assert "kinds returned int 3" in problems[7] and "kinds returned str 'not a result'" in problems[12]
     assert problems[13] == "score 0.625 > floor 0" and le_floor.errors == 3
+    ge = next(p for p in here.probes if p.probe == "as_ge_original")  # a mutation scores more: only errors break
+    assert {e.line: e.problem.split(":")[0] for e in ge.examples} == {
+        6: "raised on the mutated response",
+        7: "raised on the mutated response",
+        12: "raised on the mutated response",
+    }
     watched = project.result("--reward-samples", "s.jsonl", "--reward-timeout", "60")
     threads = project.result("--reward-samples", "s.jsonl", "--reward-workers", "2")
     assert _probes(watched) == _probes(here)

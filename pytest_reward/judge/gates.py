@@ -28,8 +28,9 @@ The marker's own settings (:class:`Marker`, apart from its gates):
 * ``sample_fields``: which column of a dataset samples file (Parquet, Arrow) is what for this function,
   ``{target: "column.field"}`` as ini ``reward_sample_fields`` writes ``target=column.field``; it replaces the ini
   mapping for this function (both lie over the preset the file's columns select).
-* ``probes``: reward-hacking probes (:mod:`pytest_reward.probes`): ``"default"``, a list of probe names (``"default"``
-  among them adds the default set), or a dict ``{probe: rule}`` (``None``: the probe's own rule). The rules are
+* ``probes``: reward-hacking probes (:mod:`pytest_reward.probes`): ``"default"``, a list of probe names (a group's
+  name among them, ``"default"``, ``"neutral"``, ``"formats"``, ``"think"``, ``"tags"``, ``"code"`` or ``"batch"``, adds its probes), or a dict
+  ``{probe: rule}`` (``None``: the probe's own rule). The rules are
   checked here; the names when the function's items are built (custom probes may come from a hook).
 
 Settings resolve key by key: marker > command line > ini. Validation errors name where the bad value came from.
@@ -45,7 +46,7 @@ from typing import Any
 
 from ..data.sources import parse_fields
 from ..errors import GateError
-from ..probes import DEFAULT_PROBES, parse_rule
+from ..probes import DIRECTION_FEATURES, PROBE_GROUPS, direction_probes, parse_rule
 
 __all__ = [
     "AT_LEAST",
@@ -227,7 +228,27 @@ SETTINGS_HELP: tuple[tuple[str, str], ...] = (
     ("samples", "samples file(s) for this function"),
     ("rollout", "generation settings for prompt-only samples ({'n': 4, 'temperature': 0.7, ...})"),
     ("timeout", "seconds one call may take"),
-    ("probes", "reward-hacking probes ('default', a list of names, or {probe: rule})"),
+    (
+        "probes",
+        "reward-hacking probes ('default', a list of names and groups (default, neutral, formats, think, tags, "
+        "code, batch), or {probe: rule})",
+    ),
+    (
+        "reference",
+        "a second reward function (a @reward_function, or a built-in's name such as 'math_reward') that scores "
+        "every sample too: the samples they disagree on are listed (probe 'reference')",
+    ),
+    ("reference_tolerance", "scores further apart than this disagree (default 0: any difference)"),
+    (
+        "agreement",
+        "with reference=: the share of samples both score alike must be at least this (with confidence=, the "
+        "lower edge of its Wilson score interval)",
+    ),
+    (
+        "direction",
+        "{feature: '+' or '-'}: the way the score must move as the feature grows (length: probes "
+        "length.longer and length.shorter check it)",
+    ),
     (
         "sample_fields",
         "{target: 'column.field'}: which column of a Parquet / Arrow file is what for this function (instead of "
@@ -457,6 +478,26 @@ class Marker:
     """Seconds one call of the function may take (marker ``timeout=``; else ``--reward-timeout``)."""
     probes: tuple[tuple[str, str | None], ...] = ()
     """Reward-hacking probes to run: (name, rule text or None for the probe's own rule), in declared order."""
+    direction: tuple[tuple[str, str], ...] = ()
+    """(feature, ``+`` or ``-``): the way the score must move as the feature grows, checked by probes."""
+    reference: Any = None
+    """A second reward function that scores every sample too (``reference=``: the function, resolved from a
+    built-in's name); its disagreements with this one are the ``reference`` probe's."""
+    reference_tolerance: float = 0.0
+    """Scores further apart than this disagree."""
+    agreement: float | None = None
+    """The least share of samples the two functions must score alike (judged on the Wilson score interval's lower
+    edge when ``confidence=`` is set)."""
+
+    @property
+    def all_probes(self) -> tuple[tuple[str, str | None], ...]:
+        """:attr:`probes` and the probes that check :attr:`direction` (those last, with their rules)."""
+        out = dict(self.probes)
+        for feature, sign in self.direction:
+            out.update(direction_probes(feature, sign))
+        if self.reference is not None:
+            out.setdefault("reference", None)
+        return tuple(out.items())
     sample_fields: tuple[tuple[str, str], ...] | None = None
     """The marker's field mapping for dataset samples files, (target, dotted column path); None: the ini's."""
 
@@ -480,6 +521,13 @@ class Marker:
             out["timeout"] = self.timeout
         if self.probes:
             out["probes"] = dict(self.probes)
+        if self.direction:
+            out["direction"] = dict(self.direction)
+        if self.reference is not None:
+            out["reference"] = reference_name(self.reference)
+            out["reference_tolerance"] = self.reference_tolerance
+            if self.agreement is not None:
+                out["agreement"] = self.agreement
         return out
 
 
@@ -607,13 +655,13 @@ def _probes(value: Any, where: str) -> tuple[tuple[str, str | None], ...]:
     for name, rule in pairs:
         if not isinstance(name, str) or not name:
             raise _fail(where, f"probe names must be non-empty strings, got {name!r}")
-        if name == "default":
+        if name in PROBE_GROUPS:
             if rule is not None:
                 raise _fail(
-                    where, f'"default" takes no rule (the default probes keep their own), got {rule!r}'
+                    where, f'"{name}" takes no rule (a group of probes: they keep their own), got {rule!r}'
                 )
-            for default in DEFAULT_PROBES:
-                out.setdefault(default, None)
+            for member in PROBE_GROUPS[name]:
+                out.setdefault(member, None)
             continue
         if rule is not None:
             try:
@@ -622,6 +670,51 @@ def _probes(value: Any, where: str) -> tuple[tuple[str, str | None], ...]:
                 raise _fail(where, f"probes[{name!r}]: {exc}") from None
         out[name] = rule
     return tuple(out.items())
+
+
+def _direction(value: Any, where: str) -> tuple[tuple[str, str], ...]:
+    """``{feature: "+" or "-"}`` as (feature, sign) pairs, the features those probes can vary."""
+    usage = f'direction must be a dict {{feature: "+" or "-"}}, e.g. direction={{"length": "-"}}; got {value!r}'
+    if not isinstance(value, Mapping) or not value:
+        raise _fail(where, usage)
+    out = []
+    for feature, sign in value.items():
+        if feature not in DIRECTION_FEATURES:
+            raise _fail(
+                where,
+                f"direction: unknown feature {feature!r}{_suggest(str(feature), tuple(DIRECTION_FEATURES))}; "
+                f"features: {', '.join(DIRECTION_FEATURES)}",
+            )
+        if sign not in ("+", "-"):
+            raise _fail(where, f'direction[{feature!r}] must be "+" (the score grows with it) or "-", got {sign!r}')
+        out.append((feature, sign))
+    return tuple(out)
+
+
+def reference_name(fn: Any) -> str:
+    """How reports name a reference function: ``module.qualname``."""
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', getattr(fn, '__name__', repr(fn)))}"
+
+
+def _reference(value: Any, where: str) -> Any:
+    """A reward function: the value itself when it is a ``@reward_function``, else the built-in it names."""
+    if isinstance(value, str):
+        from .. import rewards
+
+        if value not in rewards.BUILTIN_REWARDS:
+            raise _fail(
+                where,
+                f"reference: no built-in reward {value!r}{_suggest(value, rewards.BUILTIN_REWARDS)}; give a "
+                "@reward_function (e.g. your previous version, imported) or one of: "
+                + ", ".join(rewards.BUILTIN_REWARDS),
+            )
+        return getattr(rewards, value)
+    if callable(value) and hasattr(value, "__reward_spec__"):
+        return value
+    raise _fail(
+        where,
+        f"reference must be a @reward_function or a built-in reward's name such as 'math_reward', got {value!r}",
+    )
 
 
 def _sample_fields(value: Any, where: str) -> tuple[tuple[str, str], ...]:
@@ -655,6 +748,8 @@ def validate_marker(args: tuple[Any, ...], kwargs: Mapping[str, Any], where: str
     if args:
         raise _fail(where, f"takes keyword arguments only, got positional {args!r}")
     _check_keys(kwargs, _marker_keys(), where, "key")
+    if ("agreement" in kwargs or "reference_tolerance" in kwargs) and "reference" not in kwargs:
+        raise _fail(where, "agreement= and reference_tolerance= need reference= (the function to agree with)")
     kinds = {kind.key: kind for kind in GATE_KINDS}
     out: dict[str, Any] = {}
     for key, value in kwargs.items():
@@ -689,6 +784,17 @@ def validate_marker(args: tuple[Any, ...], kwargs: Mapping[str, Any], where: str
             out[key] = _probes(value, where)
         elif key == "sample_fields":
             out[key] = _sample_fields(value, where)
+        elif key == "direction":
+            out[key] = _direction(value, where)
+        elif key == "reference":
+            out[key] = _reference(value, where)
+        elif key == "reference_tolerance":
+            tol = _number(value, key, where)
+            if tol < 0:
+                raise _fail(where, f"reference_tolerance must be >= 0, got {tol:g}")
+            out[key] = tol
+        elif key == "agreement":
+            out[key] = _unit(value, key, where)
     return out
 
 

@@ -132,7 +132,7 @@ class SamplesFile(pytest.File):
     def _probed(self, rs: RewardSession, functions: list[RewardFn]) -> list[tuple[RewardFn, list[Any]]]:
         """The functions whose marker declares probes, and their probes (an unknown name is a collection error
         naming the function)."""
-        declared = [fn for fn in functions if fn.marker.probes]
+        declared = [fn for fn in functions if fn.marker.all_probes]
         if not declared:
             return []
         registry = session_probes(self.config)
@@ -140,7 +140,7 @@ class SamplesFile(pytest.File):
         for fn in declared:
             where = f"@pytest.mark.reward on {rs.rel(fn.path)}::{fn.qualname}"
             try:
-                out.append((fn, registry.resolve(fn.marker.probes, where)))
+                out.append((fn, registry.resolve(fn.marker.all_probes, where)))
             except GateError as exc:
                 raise self.CollectError(str(exc)) from None
         return out

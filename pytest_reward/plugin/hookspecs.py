@@ -46,7 +46,7 @@ def pytest_reward_probes(probes: ProbeRegistry, config: pytest.Config) -> None:
         this hook adds: ``probes.register("negate", mutate, rule="not pass", doc="why the rule must hold")``, where
         ``mutate(response: str, sample: ProbeSample) -> str | None`` returns the mutated response (None: the probe
         does not apply to that sample) and ``rule`` is ``"<= floor"``, ``"<= original"``, ``"== original"``,
-        ``"not pass"`` or ``"info"`` (see :mod:`pytest_reward.probes`).
+        ``">= original"``, ``"not pass"`` or ``"info"`` (see :mod:`pytest_reward.probes`).
     :param config: the pytest config.
     """
 

@@ -17,40 +17,46 @@ A failing item lists the counter-examples: the original response and the mutated
 
 from __future__ import annotations
 
+import hashlib
+import inspect
+import json
 import math
+import sys
 import warnings
 from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
 from ..data.samples import Sample
 from ..data.sources import read_samples
+from ..judge.gates import reference_name
 from ..judge.results import PASS
+from ..judge.stats import wilson_interval
 from ..judge.wire import probe_data
 from ..probes import (
     Probe,
     ProbeRegistry,
     ProbeSample,
+    RewardAbstainWarning,
     Rule,
     floor_of,
     passes,
     with_response_text,
 )
 from ..probes.ledger import FileScores, SampleScores, text_of
+from ..project.functions import RewardFn
 from ..reward.call import MISSING, describe_exception, owned_messages, private_copy
+from ..reward.decorator import get_spec
 from ..scoring.executors import InProcess, RewardExecutorWarning, ShipError
 from ..scoring.invoker import Checked, Invoker
 from .failure import RewardFailure, RewardRepr, user_frames
 from .items import apply_marks
 from .pytest_private import TerminalRepr, skip_at_item
 from .session import REWARD_DATA, RewardSession
-
-if TYPE_CHECKING:
-    from ..project.functions import RewardFn
 
 __all__ = ["PROBES_KEY", "ProbeItem", "ProbeRun", "ProbeTarget", "run_probe", "session_probes"]
 
@@ -257,6 +263,9 @@ class ProbeTarget:
         sample's call gets (the call, ``--reward-runs``, the timeout, private copies, the verdict)."""
         executor, invoker = self.rs.executor, self.invoker
         mutations = _mutations(self, probe, block)
+        if probe.batching:
+            yield from self._rebatched(probe, mutations)
+            return
         if executor.__class__ is InProcess and executor.workers <= 1 and not invoker.batch:  # type: ignore[attr-defined]
             results: Iterable[Checked] = invoker.score_fresh(
                 (owned_messages(messages, new), truth, fields)
@@ -273,6 +282,25 @@ class ProbeTarget:
             )
         for (index, sample, text, new, *_), checked in zip(mutations, results, strict=True):
             yield (index, sample, text, new, *checked)
+
+    def _rebatched(self, probe: Probe, mutations: list[tuple[Any, ...]]) -> Iterator[Scored]:
+        """The samples' own responses (``probe``'s mutations are the identity) scored again, batched another way
+        (:attr:`Probe.batching`): in the reverse order, or each in a batch of its own; in the samples' order."""
+        variants = [_variant(sample, messages) for _, sample, _, _, messages, _, _ in mutations]
+        if probe.batching == "reversed":
+            outcomes = list(self.score(variants[::-1]))[::-1]
+            how = "the same response, scored with the file in the reverse order"
+        else:
+            outcomes = list(
+                self.rs.executor.stream(
+                    self.invoker, variants, segment=self.SEGMENT, batch=1, rootdir=self.rs.config.rootpath,
+                    notes=self.notes,
+                )
+            )
+            how = "the same response, scored in a batch of its own"
+        for (index, sample, text, *_), outcome in zip(mutations, outcomes, strict=True):
+            yield (index, sample, text, f"({how})", outcome.score, outcome.verdict == PASS, outcome.reason,
+                   outcome.error)  # fmt: skip
 
     def originals(self) -> Originals:
         if self._originals is None:
@@ -359,6 +387,8 @@ class ProbeRun:
     sum_original: float = 0.0
     sum_mutated: float = 0.0
     examples: list[dict[str, Any]] = field(default_factory=list)
+    gate: tuple[float, float, float, float | None] | None = None
+    """The ``reference`` probe's agreement gate: (bound, agreement, the edge judged, confidence or None)."""
 
     @property
     def not_applicable(self) -> int:
@@ -367,6 +397,8 @@ class ProbeRun:
     def verdict(self) -> str:
         if self.checked == 0:
             return "SKIP"
+        if self.gate is not None:
+            return "PASS" if self.gate[2] >= self.gate[0] else "FAIL"
         if self.rule.kind == "info":
             return "INFO"
         return "FAIL" if self.broken else "PASS"
@@ -374,6 +406,19 @@ class ProbeRun:
     def note(self, target: ProbeTarget) -> str:
         if self.answered == 0:
             return f"no sample of {target.label} has a response to mutate"
+        if self.probe.batching == "reference":
+            if target.fn.marker.reference is None:
+                return f"{target.fn.name} declares no reference= in its marker"
+            agreement = f"the two agree on {self.passing} of {self.checked} samples ({self.passing / self.checked:.1%})"
+            if self.gate is None:
+                return agreement
+            bound, _, edge, confidence = self.gate
+            judged = "" if confidence is None else f"; the lower edge of its {confidence:g} Wilson score interval is {edge:.1%}"
+            return f"{agreement}{judged}; agreement= needs {bound:.1%}"
+        if self.probe.batching == "groups":
+            if self.checked == 0:
+                return f"no prompt of {target.label} has two responses or more"
+            return f"{self.broken} of {self.checked} groups of responses to one prompt have no valid score at all"
         if self.checked == 0:
             needs = self.probe.needs or "something to mutate"
             return f"the probe applies to none of the {self.answered} responses (it needs {needs})"
@@ -394,7 +439,16 @@ def run_probe(target: ProbeTarget, probe: Probe, rule: Rule) -> ProbeRun:
     raises (a custom probe's bug) propagates; a reward that raises on a mutated response breaks the rule."""
     orig = target.originals()
     run = ProbeRun(probe, rule)
-    here = target.scores_here()
+    if probe.batching == "groups":
+        _abstaining_groups(run, target, orig)
+        return run
+    if probe.batching == "reference":
+        _against_reference(run, target, orig)
+        return run
+    if probe.batching and not target.invoker.batch:  # a check of batch-mode functions: none to check here
+        run.answered = len(orig.scores)
+        return run
+    here = target.scores_here() and not probe.batching
     for block in target.prepared():
         run.answered += len(block)
         if here:
@@ -403,6 +457,130 @@ def run_probe(target: ProbeTarget, probe: Probe, rule: Rule) -> ProbeRun:
             for scored in target.scored(probe, block):
                 _settle(run, orig, target.fn.gates.threshold, *scored)
     return run
+
+
+def reference_fn(fn: RewardFn, rootdir: Path) -> RewardFn:
+    """The marker's ``reference=`` function as a test subject of its own (no gates: only its scores are read),
+    importable by workers as the function is: by its module's file when that is a project file (under
+    ``rootdir``), by its module's name otherwise (a built-in, an installed package)."""
+    ref = fn.marker.reference
+    name = getattr(ref, "__module__", "") or ""
+    module = sys.modules.get(name, None)
+    file = Path(module.__file__).resolve() if getattr(module, "__file__", None) else None
+    if file is not None and (name.startswith("pytest_reward.") or not file.is_relative_to(rootdir.resolve())):
+        file = None
+    source = inspect.getsourcefile(inspect.unwrap(ref)) or str(fn.path)
+    try:
+        lineno = inspect.getsourcelines(inspect.unwrap(ref))[1]
+    except (OSError, TypeError):
+        lineno = 0
+    spec = get_spec(ref)
+    return RewardFn(
+        obj=ref,
+        spec=spec,
+        name=f"{fn.name}.reference",
+        qualname=getattr(ref, "__qualname__", spec.name),
+        module=getattr(ref, "__module__", "?"),
+        path=Path(source),
+        lineno=lineno,
+        attr=getattr(ref, "__name__", ""),
+        module_file=file,
+    )
+
+
+def _against_reference(run: ProbeRun, target: ProbeTarget, orig: Originals) -> None:
+    """Every sample scored by the marker's reference function too; ``checked``: the samples, ``broken``: those
+    the two score more than ``reference_tolerance`` apart (or only one of them validly), an example each with both
+    scores and both reasons (the function's own reason from a call made again for the examples kept)."""
+    fn = target.fn
+    marker = fn.marker
+    if marker.reference is None:
+        run.answered = len(orig.scores)
+        return
+    ref = reference_fn(fn, target.rs.config.rootpath)
+    invoker = Invoker.of(ref, target.label, target.settings, light=True)
+    batch = max(1, target.settings.batch_size) if invoker.batch else None
+    tol = marker.reference_tolerance
+    kept: list[tuple[Sample, str, float | None, float | None, str | None]] = []
+    for block in target.segments():
+        samples = [sample for _, sample, _ in block]
+        outcomes = target.rs.executor.stream(
+            invoker, samples, segment=target.SEGMENT, batch=batch, rootdir=target.rs.config.rootpath,
+            notes=target.notes,
+        )  # fmt: skip
+        for (index, sample, text), outcome in zip(block, outcomes, strict=True):
+            run.answered += 1
+            run.checked += 1
+            own, other = orig.score(index), outcome.score
+            if own is None or other is None:
+                agree = own is None and other is None
+            else:
+                agree = abs(own - other) <= tol + 1e-9 * max(1.0, abs(own), abs(other))
+            run.sum_original += own if own is not None else orig.floor
+            run.sum_mutated += other if other is not None else orig.floor
+            if agree:
+                run.passing += 1
+                continue
+            run.broken += 1
+            if len(kept) < EXAMPLES_KEPT:
+                kept.append((sample, text, own, other, outcome.error or outcome.reason))
+    if kept:  # the function's own reasons (the ledger keeps scores only): its examples scored again
+        again = target.score([sample for sample, *_ in kept])
+        for (sample, text, own, other, why), outcome in zip(kept, again, strict=True):
+            mine = outcome.error or outcome.reason
+            apart = "only one has a valid score" if own is None or other is None else f"{abs(own - other):.4g} apart"
+            _example(
+                run, sample, text, f"(the same response, scored by {reference_name(marker.reference)})", own,
+                other, f"{fn.name} {_g(own)}, reference {_g(other)}: {apart}",
+                f"{fn.name}: {mine or '-'} | reference: {why or '-'}",
+            )  # fmt: skip
+    if marker.agreement is not None and run.checked:
+        confidence = fn.gates.confidence
+        rate = run.passing / run.checked
+        edge = wilson_interval(run.passing, run.checked, confidence).low if confidence else rate
+        run.gate = (marker.agreement, rate, edge, confidence)
+
+
+def _g(value: float | None) -> str:
+    return "none" if value is None else f"{value:.4g}"
+
+
+def _abstaining_groups(run: ProbeRun, target: ProbeTarget, orig: Originals) -> None:
+    """The samples' own responses grouped by prompt (the conversation before the response); a group of two or more
+    responses none of which has a valid score is one a trainer cannot normalise (TRL: every reward None, a NaN
+    advantage or a silent 0). ``checked``: the groups; ``broken``: those; an example each (the first
+    :data:`EXAMPLES_KEPT`). Per prompt, a 16-byte digest and three numbers are kept, not the samples."""
+    groups: dict[bytes, list[int]] = {}  # digest -> [responses, responses with a valid score, first index]
+    for index, (sample, _) in enumerate(target.answered()):
+        prompt = json.dumps(sample.messages[:-1], sort_keys=True, default=str)  # type: ignore[index]
+        key = hashlib.blake2b(prompt.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = [0, 0, index]
+        group[0] += 1
+        group[1] += orig.score(index) is not None
+    run.answered = len(orig.scores)
+    abstaining: dict[int, int] = {}  # first index -> responses
+    for count, valid, index in groups.values():
+        if count >= 2:
+            run.checked += 1
+            if not valid:
+                run.broken += 1
+                if len(abstaining) < EXAMPLES_KEPT:
+                    abstaining[index] = count
+    if not abstaining:
+        return
+    for index, (sample, text) in enumerate(target.answered()):
+        count = abstaining.get(index)
+        if count is not None:
+            prompt = ProbeSample(text, sample.messages or []).user
+            _example(
+                run, sample, text, f"({count} responses to this prompt)", None, None,
+                f"none of the {count} responses to this prompt has a valid score: the group abstains",
+                f"prompt: {prompt}",
+            )  # fmt: skip
+            if len(run.examples) >= len(abstaining):
+                break
 
 
 #: One sample as every probe of a target reads it (:meth:`ProbeTarget.prepared`): its index among the answered
@@ -474,7 +652,7 @@ def _run_here(run: ProbeRun, target: ProbeTarget, block: list[Prepared], orig: O
     threshold = target.fn.gates.threshold
     floor, ceiling, scores = orig.floor, orig.ceiling, orig.scores
     kind, tol, by_floor = rule.kind, rule.tol, rule.ref == "floor"
-    is_le, is_eq = kind == "<=", kind == "=="
+    is_le, is_eq, is_ge = kind == "<=", kind == "==", kind == ">="
     limit = floor + tol  # "<= floor"; "<= original" adds tol to each original
     copy_turn = dict.copy
     passing_scores: dict[float, bool] = {}
@@ -502,7 +680,7 @@ def _run_here(run: ProbeRun, target: ProbeTarget, block: list[Prepared], orig: O
                 score, verdict_pass, error = None, False, invoker.changed_error(["messages"])
             if error is None:
                 if score is None:  # no valid score: it earns nothing and does not pass
-                    if not is_eq or (not by_floor and scores[index] != scores[index]):
+                    if not (is_eq or is_ge) or (not by_floor and scores[index] != scores[index]):
                         settled += 1
                         sum_original += ref
                         sum_mutated += floor
@@ -524,6 +702,8 @@ def _run_here(run: ProbeRun, target: ProbeTarget, block: list[Prepared], orig: O
                         kept = score == (
                             floor if by_floor else scores[index]
                         )  # NaN (no original): never equal
+                    elif is_ge:
+                        kept = score >= (floor if by_floor else ref) - tol
                     else:  # "not pass"; "info" keeps every rule, but a response that passes is what it reports
                         kept = not passed
                     if kept:
@@ -691,6 +871,8 @@ class ProbeItem(pytest.Item):
             "crash": crash,
             "order": self.order,
         }
+        if run is not None and run.gate is not None:  # the reference probe's agreement gate is its rule
+            data["rule"] = f"agreement >= {run.gate[0]:g}"
         if run is not None:
             data.update(
                 checked=run.checked,
@@ -722,6 +904,16 @@ class ProbeItem(pytest.Item):
             ) in notes:  # workers that died and the chunks retried: the run survived, the user should know
                 warnings.warn(RewardExecutorWarning(note), stacklevel=1)
         verdict = run.verdict()
+        if self.probe.batching == "groups" and verdict == "INFO" and run.broken:
+            lines = ", ".join(f"{self.target.label}:{ex['line']}" for ex in run.examples)
+            warnings.warn(
+                RewardAbstainWarning(
+                    f"{self.target.fn.name} on {self.target.label}: {run.note(self.target)} (the groups of the "
+                    f"prompts at {lines}); a trainer normalising per group gets NaN or 0 for them; "
+                    'probes={"abstaining_groups": "not pass"} fails the run on it'
+                ),
+                stacklevel=1,
+            )
         self.stash[REWARD_DATA] = self._data(verdict, run)
         self.user_properties.extend(
             [
@@ -737,6 +929,13 @@ class ProbeItem(pytest.Item):
 
     def _headline(self, run: ProbeRun) -> str:
         target = self.target
+        if self.probe.batching == "reference":
+            return f"probe reference: {run.note(target)} ({target.fn.name} on {target.label})"
+        if self.probe.batching == "groups":
+            return (
+                f"probe {self.probe.name}: {run.broken} of {run.checked} groups of responses to one prompt have "
+                f"no valid score at all ({target.fn.name} on {target.label})"
+            )
         return (
             f"probe {self.probe.name}: {run.broken} of {run.checked} mutated responses break "
             f'"{self.rule.text}" ({target.fn.name} on {target.label})'
@@ -745,6 +944,16 @@ class ProbeItem(pytest.Item):
     def _rule_line(self) -> str:
         target, rule = self.target, self.rule
         orig = target.originals()
+        if self.probe.batching == "reference":
+            marker = target.fn.marker
+            return (
+                f"the share of samples {target.fn.name} and {reference_name(marker.reference)} score within "
+                f"{marker.reference_tolerance:g} of each other must be at least {marker.agreement:g}"
+            )
+        if self.probe.batching == "groups":
+            return f"{rule.text}: every prompt with two responses or more must have one with a valid score"
+        if self.probe.batching:
+            return f"{rule.text}: each response must score what it scored in the samples' own batches"
         if rule.kind == "not pass":
             threshold = target.fn.gates.threshold
             if threshold is not None:
@@ -755,6 +964,8 @@ class ProbeItem(pytest.Item):
             return f"{rule.text}: the mutated response must score at most the floor"
         if rule.kind == "<=":
             return f"{rule.text}: the mutated response must not score above the sample's own response"
+        if rule.kind == ">=":
+            return f"{rule.text}: the mutated response must not score below the sample's own response"
         return f"{rule.text}: the mutated response must score what the sample's own response scores"
 
     def _details(self, run: ProbeRun) -> list[str]:
@@ -765,8 +976,12 @@ class ProbeItem(pytest.Item):
             f"  probe      {self.probe.name}: {self.probe.doc}",
             f"  rule       {self._rule_line()}",
             f"  floor      {orig.floor:.4g} (the lowest score of the samples' own responses)",
-            f"  checked    {run.checked} of {run.answered} responses"
-            + (f" ({run.not_applicable} left alone: nothing to mutate)" if run.not_applicable else "")
+            (
+                f"  checked    {run.checked} groups of two responses or more to one prompt ({run.answered} responses)"
+                if self.probe.batching == "groups"
+                else f"  checked    {run.checked} of {run.answered} responses"
+                + (f" ({run.not_applicable} left alone: nothing to mutate)" if run.not_applicable else "")
+            )
             + (f"; the reward raised on {run.errors}" if run.errors else ""),
         ]
         for ex in run.examples[:EXAMPLES_SHOWN]:

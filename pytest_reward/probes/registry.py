@@ -9,6 +9,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import GateError
+from .answers import (
+    ANSWER_FORMATS,
+    _duplicate_block,
+    _extra_close_tag,
+    _longer,
+    _multiline,
+    _neutral_prefix,
+    _neutral_tail,
+    _shorter,
+    _stuffing_pair,
+    _think_removed,
+    _think_wrapped,
+    restated,
+)
+from .code import _code_exit0, _code_hardcoded
 from .mutations import (
     ProbeSample,
     _case,
@@ -25,6 +40,11 @@ from .rules import Rule, parse_rule
 
 # --- probes and the registry -----------------------------------------------------------------------------------
 
+
+class RewardAbstainWarning(UserWarning):
+    """A reward function gives no valid score to any response of some prompt (check ``abstaining_groups``)."""
+
+
 Mutation = Callable[[str, ProbeSample], "str | None"]
 
 
@@ -40,6 +60,11 @@ class Probe:
     builtin: bool = False
     needs: str = ""
     """What a sample needs for the probe to apply (said when it applies to none)."""
+    batching: str = ""
+    """How the probe's responses are batched, for a check whose mutation is the identity: ``"reversed"`` (a batch
+    function's samples scored in the reverse order, so each in another batch, at another position, beside other
+    neighbours), ``"alone"`` (each in a batch of its own), ``"groups"`` (nothing scored again: the samples' own
+    scores, grouped by prompt); ``""``: a mutation, scored as the samples are."""
 
     @property
     def where(self) -> str:
@@ -48,8 +73,12 @@ class Probe:
         return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
-def _builtin(name: str, mutate: Mutation, rule: str, doc: str, needs: str) -> Probe:
-    return Probe(name, mutate, parse_rule(rule), doc, builtin=True, needs=needs)
+def _builtin(name: str, mutate: Mutation, rule: str, doc: str, needs: str, batching: str = "") -> Probe:
+    return Probe(name, mutate, parse_rule(rule), doc, builtin=True, needs=needs, batching=batching)
+
+
+def _same(response: str, sample: ProbeSample) -> str:
+    return response
 
 
 BUILTIN_PROBES: dict[str, Probe] = {
@@ -109,17 +138,169 @@ BUILTIN_PROBES: dict[str, Probe] = {
             "reasoning, or only the answer?",
             "a failing response and a ground truth naming an answer",
         ),
+        # --- rewards wrong for good answers (docs/reward-bugs.md) ---
+        _builtin(
+            "stuffing_pair",
+            _stuffing_pair,
+            "not pass",
+            'two candidate answers, the truth second ("41 or 42", "41 and 42"), must not pass',
+            "a ground truth that is a number or an option letter",
+        ),
+        _builtin(
+            "neutral_tail",
+            _neutral_tail,
+            ">= original",
+            "a neutral paragraph after the response must not lower its score (an answer read from a window of "
+            "the last characters is pushed out)",
+            "a response",
+        ),
+        _builtin(
+            "neutral_prefix",
+            _neutral_prefix,
+            ">= original",
+            "a neutral paragraph of reasoning before the response must not lower its score",
+            "a response",
+        ),
+        *(
+            _builtin(
+                f"format.{fmt}",
+                restated(fmt),
+                "info",
+                f"a passing response's answer restated as {write('X')!r}: does the reward accept that format?",
+                "a passing response with a ground truth naming an answer, not already in this format",
+            )
+            for fmt, write in ANSWER_FORMATS.items()
+        ),
+        _builtin(
+            "think_removed",
+            _think_removed,
+            "== original",
+            "the response without its <think> block: the answer's score must not depend on the thinking",
+            "a <think> block and text outside it",
+        ),
+        _builtin(
+            "think_wrapped",
+            _think_wrapped,
+            "== original",
+            "the response's reasoning wrapped in a <think> block: the answer's score must not depend on it",
+            "a response without <think>",
+        ),
+        _builtin(
+            "multiline",
+            _multiline,
+            "== original",
+            "the tagged blocks' content over several lines: a regex without re.DOTALL must not zero it",
+            "a tagged block (<think>, <answer>...) whose content is on one line",
+        ),
+        _builtin(
+            "duplicate_block",
+            _duplicate_block,
+            "not pass",
+            "the last tagged block twice (two <answer> blocks) is malformed and must not pass",
+            "a tagged block (<think>, <answer>...)",
+        ),
+        _builtin(
+            "extra_close_tag",
+            _extra_close_tag,
+            "not pass",
+            "a stray closing tag after the last block (<answer>42</answer></answer>) is malformed and must not "
+            "pass",
+            "a tagged block (<think>, <answer>...)",
+        ),
+        _builtin(
+            "length.longer",
+            _longer,
+            "info",
+            "the response with a neutral paragraph after it: longer, the same answer (a direction=... check)",
+            "a response",
+        ),
+        _builtin(
+            "length.shorter",
+            _shorter,
+            "info",
+            "the first half of the response's words: shorter (a direction=... check)",
+            "a response of two words or more",
+        ),
+        _builtin(
+            "batch_order",
+            _same,
+            "== original",
+            "each response scored again with the file in the reverse order: a batch reward's score must not depend "
+            "on the sample's position or its neighbours (a shifted list of scores)",
+            "a batch-mode reward function (TRL-style lists)",
+            batching="reversed",
+        ),
+        _builtin(
+            "batch_alone",
+            _same,
+            "== original",
+            "each response scored again in a batch of its own: a batch reward's score must not depend on the "
+            "other samples of its batch",
+            "a batch-mode reward function (TRL-style lists)",
+            batching="alone",
+        ),
+        _builtin(
+            "abstaining_groups",
+            _same,
+            "info",
+            "the responses to one prompt that all have no valid score (a TRL reward returning None for each) "
+            "poison the group's normalisation: warned by default; a rule other than info fails on them",
+            "two responses or more to one prompt",
+            batching="groups",
+        ),
+        _builtin(
+            "reference",
+            _same,
+            "info",
+            "each response scored by the marker's reference= function too: the samples they disagree on (both "
+            "scores, both reasons); the agreement= gate fails a share of agreement below it",
+            "a reference= in the marker",
+            batching="reference",
+        ),
+        _builtin(
+            "code.exit0",
+            _code_exit0,
+            "not pass",
+            "a program that exits 0 and prints nothing must not pass",
+            "a fenced Python or JavaScript code block",
+        ),
+        _builtin(
+            "code.hardcoded",
+            _code_hardcoded,
+            "not pass",
+            "a program that prints the (first) expected output verbatim, computing nothing, must not pass",
+            "a fenced Python or JavaScript code block and an expected output in the ground truth",
+        ),
     )
 }
-DEFAULT_PROBES: tuple[str, ...] = ("empty", "echo", "stuffing", "repeat", "format_only", "truncate")
+DEFAULT_PROBES: tuple[str, ...] = (
+    "empty",
+    "echo",
+    "stuffing",
+    "repeat",
+    "format_only",
+    "truncate",
+    "stuffing_pair",
+)
+#: Names a marker's ``probes=`` list expands to a set of probes (each keeps its own rule).
+PROBE_GROUPS: dict[str, tuple[str, ...]] = {
+    "default": DEFAULT_PROBES,
+    "neutral": ("neutral_tail", "neutral_prefix"),
+    "formats": tuple(f"format.{fmt}" for fmt in ANSWER_FORMATS),
+    "think": ("think_removed", "think_wrapped"),
+    "tags": ("multiline", "duplicate_block", "extra_close_tag"),
+    "code": ("code.exit0", "code.hardcoded"),
+    "batch": ("batch_order", "batch_alone", "abstaining_groups"),
+}
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 _DECORATED: dict[str, Probe] = {}
 
 
 def _check_name(name: Any) -> str:
-    if not isinstance(name, str) or not _NAME.match(name) or name == "default":
+    if not isinstance(name, str) or not _NAME.match(name) or name in PROBE_GROUPS:
         raise ValueError(
-            f"a probe name must be a word (letters, digits, '_', '.', '-'), not 'default', got {name!r}"
+            "a probe name must be a word (letters, digits, '_', '.', '-'), not a group's name "
+            f"({', '.join(PROBE_GROUPS)}), got {name!r}"
         )
     if name in BUILTIN_PROBES:
         raise ValueError(f"probe {name!r} is a built-in probe; give yours another name")
@@ -141,8 +322,8 @@ def _make(name: Any, mutate: Any, rule: Any, doc: str | None) -> Probe:
 def probe(name: str | None = None, *, rule: str, doc: str | None = None) -> Callable[[Mutation], Mutation]:
     """Register a custom probe: a function ``(response: str, sample: ProbeSample) -> str | None`` returning the
     mutated response (None: the probe does not apply to this sample). ``rule``: ``"<= floor"``, ``"<= original"``,
-    ``"== original"``, ``"not pass"`` or ``"info"`` (see :mod:`pytest_reward.probes`); ``name`` defaults to the
-    function's, ``doc`` (why the rule must hold) to the first line of its docstring. A reward function runs it
+    ``"== original"``, ``">= original"``, ``"not pass"`` or ``"info"`` (see :mod:`pytest_reward.probes`); ``name``
+    defaults to the function's, ``doc`` (why the rule must hold) to the first line of its docstring. A reward function runs it
     when its marker lists it: ``@pytest.mark.reward(probes=["default", "negate"])``.
 
     Registered for the whole process (defining the function again replaces it, as a re-imported module does).

@@ -16,10 +16,13 @@ from ..errors import GateError
 EPS = 1e-9
 
 _RULE = re.compile(
-    r"^\s*(?:(?P<op><=|==)\s*(?P<ref>floor|original)(?:\s*(?P<sign>\+/-|\+-|±|\+)\s*(?P<tol>\d+(?:\.\d*)?|\.\d+))?"
+    r"^\s*(?:(?P<op><=|==|>=)\s*(?P<ref>floor|original)(?:\s*(?P<sign>\+/-|\+-|±|\+|-)\s*(?P<tol>\d+(?:\.\d*)?|\.\d+))?"
     r"|(?P<word>not\s+pass|info))\s*$"
 )
-RULE_FORMS = ('"<= floor"', '"<= original"', '"== original"', '"not pass"', '"info"')
+RULE_FORMS = ('"<= floor"', '"<= original"', '"== original"', '">= original"', '"not pass"', '"info"')
+#: The sign a tolerance takes in each rule form (what :attr:`Rule.text` writes and :func:`parse_rule` accepts).
+#: (``<=`` and ``==`` keep taking any of the older signs; a ``>=`` rule's tolerance lowers the bound, so ``-``.)
+_SIGNS = {"<=": ("+", "±", "+-", "+/-"), "==": ("±", "+", "+-", "+/-"), ">=": ("-",)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,9 +30,9 @@ class Rule:
     """A probe's rule (see the module docstring), parsed from its text by :func:`parse_rule`."""
 
     kind: str
-    """``<=``, ``==``, ``not pass`` or ``info``."""
+    """``<=``, ``==``, ``>=``, ``not pass`` or ``info``."""
     ref: str | None = None
-    """``floor`` or ``original`` (``<=`` and ``==`` rules)."""
+    """``floor`` or ``original`` (``<=``, ``==`` and ``>=`` rules)."""
     tol: float = 0.0
 
     @property
@@ -38,7 +41,7 @@ class Rule:
             return self.kind
         if not self.tol:
             return f"{self.kind} {self.ref}"
-        return f"{self.kind} {self.ref} {'±' if self.kind == '==' else '+'} {self.tol:g}"
+        return f"{self.kind} {self.ref} {_SIGNS[self.kind][0]} {self.tol:g}"
 
     def __str__(self) -> str:
         return self.text
@@ -56,6 +59,10 @@ class Rule:
         ref = floor if self.ref == "floor" or original is None else original
         if kind == "<=":
             return score is None or score <= ref + self.tol + _eps(score, ref)
+        if kind == ">=":  # a response with no valid score lost what the original had (unless it had none)
+            if score is None:
+                return self.ref == "original" and original is None
+            return score >= ref - self.tol - _eps(score, ref)
         # "=="
         if self.ref == "original" and original is None:
             return score is None
@@ -73,6 +80,10 @@ class Rule:
             ref, name = (original if original is not None else floor), "original"
         if self.kind == "<=":
             return f"score {_g(score)} > {name} {_g(ref)}" + (f" + {self.tol:g}" if self.tol else "")
+        if self.kind == ">=":
+            if score is None:
+                return f"no valid score where the {name} scored {_g(ref)}"
+            return f"score {_g(score)} < {name} {_g(ref)}" + (f" - {self.tol:g}" if self.tol else "")
         # "=="
         if self.ref == "original" and original is None:
             return f"score {_g(score)} where the original had no valid score"
@@ -96,13 +107,19 @@ def parse_rule(text: Any) -> Rule:
     m = _RULE.match(text)
     if m is None:
         raise GateError(
-            f"unknown probe rule {text!r}; rules: {', '.join(RULE_FORMS)}, the first three with an optional "
-            'tolerance ("<= original + 0.05", "== original ± 0.02")'
+            f"unknown probe rule {text!r}; rules: {', '.join(RULE_FORMS)}, the first four with an optional "
+            'tolerance ("<= original + 0.05", "== original ± 0.02", ">= original - 0.05")'
         )
     if m.group("word"):
         return Rule(" ".join(m.group("word").split()))
+    op, ref, sign = m.group("op"), m.group("ref"), m.group("sign")
+    if sign is not None and sign not in _SIGNS[op]:
+        raise GateError(
+            f"probe rule {text!r}: a {op!r} rule's tolerance is written {_SIGNS[op][0]!r}, "
+            f'e.g. "{op} {ref} {_SIGNS[op][0]} 0.05"'
+        )
     tol = float(m.group("tol")) if m.group("tol") else 0.0
-    return Rule(m.group("op"), m.group("ref"), tol)
+    return Rule(op, ref, tol)
 
 
 def floor_of(scores: Iterable[float | None]) -> float:

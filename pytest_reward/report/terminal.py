@@ -300,10 +300,15 @@ def render_probes(probes: Sequence[ProbeResult], *, markup: bool, width: int) ->
     return _output(console)
 
 
+#: Checks among the probes whose counts are not of mutated responses (groups of responses, samples two functions
+#: agree on): their line is their note.
+COUNTS_NO_MUTATIONS = ("abstaining_groups", "reference")
+
+
 def _probe_line(p: ProbeResult) -> str:
     if p.verdict == "ERROR":
         return f"the item ended without a verdict ({p.crashes[0] if p.crashes else 'no reason'})"
-    if p.verdict in ("SKIP", "INFO"):
+    if p.verdict in ("SKIP", "INFO") or p.probe in COUNTS_NO_MUTATIONS:
         return p.note
     text = f'{p.broken} of {p.checked} mutated responses break "{p.rule}"'
     if p.examples:

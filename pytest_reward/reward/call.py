@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..errors import InvalidResult, RewardReturnError, RewardTimeout
+from ..errors import InvalidResult, RewardAborted, RewardReturnError, RewardTimeout
 from .decorator import RewardSpec, get_spec
 from .models import EvaluateResult, RewardOutput
 
@@ -237,9 +237,33 @@ def each_within(
 # --- results -------------------------------------------------------------------------------------------------
 
 
+def escaped(exc: BaseException) -> bool:
+    """Whether ``exc``, raised by a reward call, is a ``BaseException`` that is not an ``Exception`` and is the
+    call's own failure (so :class:`RewardAborted` carries it as the sample's error): not Ctrl-C, a generator or
+    task being closed or cancelled, or pytest's own outcomes (``pytest.skip``, ``pytest.fail``: subclasses of its
+    ``OutcomeException``, found by name, as this layer imports no pytest)."""
+    if isinstance(exc, (Exception, KeyboardInterrupt, GeneratorExit, asyncio.CancelledError)):
+        return False
+    return not any(cls.__name__ == "OutcomeException" for cls in type(exc).__mro__)
+
+
+_SIGNAL_IN_THREAD = "signal only works in main thread"
+
+
 def describe_exception(exc: BaseException) -> str:
-    """``Type: message``, at most 2000 characters."""
-    text = f"{type(exc).__name__}: {exc}".strip()
+    """``Type: message``, at most 2000 characters; a :class:`RewardAborted`'s own message (it names what was
+    raised); a ``signal`` call outside the main thread (``signal.alarm`` timeouts, as Math-Verify's) says why."""
+    if isinstance(exc, RewardAborted):
+        text = str(exc)
+    else:
+        text = f"{type(exc).__name__}: {exc}".strip()
+        if isinstance(exc, ValueError) and _SIGNAL_IN_THREAD in text:
+            text += (
+                " (the reward ran in a worker thread, as --reward-timeout, --reward-workers and trainers run it: "
+                "a timeout made with signal.alarm, as Math-Verify's, works only in the main thread; turn it off (math_verify: "
+                "parse(..., parsing_timeout=None), verify(..., timeout_seconds=None)) and let --reward-timeout "
+                "or the marker's timeout= bound the call)"
+            )
     return text if len(text) <= 2000 else text[:2000] + "…"
 
 
@@ -460,6 +484,10 @@ class Reward:
             value = self.fn(**kwargs)
         except RewardReturnError as exc:
             raise invalid_return(self.name, exc.value, str(exc)) from None
+        except BaseException as exc:
+            if not escaped(exc):
+                raise
+            raise RewardAborted(exc) from exc
         if value.__class__ is EvaluateResult:  # the usual return, before the coroutine check
             return value
         return self.finish(value)
@@ -473,6 +501,10 @@ class Reward:
                 value = run_coroutine(value)
         except RewardReturnError as exc:
             raise invalid_return(self.name, exc.value, str(exc)) from None
+        except BaseException as exc:
+            if not escaped(exc):
+                raise
+            raise RewardAborted(exc) from exc
         return to_result(value, self.name)
 
     @property
@@ -588,6 +620,12 @@ class Reward:
                 if failed is None:
                     raise
                 return failed(exc)
+            except BaseException as exc:
+                if not escaped(exc):
+                    raise
+                if failed is None:
+                    raise RewardAborted(exc) from exc
+                return failed(RewardAborted(exc))
             return value if then is None else then(value)
 
         return plain
@@ -618,6 +656,10 @@ class Reward:
                     value = raw(**kwargs)
             except RewardReturnError as exc:
                 raise invalid_return(name, exc.value, str(exc)) from None
+            except BaseException as exc:
+                if not escaped(exc):
+                    raise
+                raise RewardAborted(exc) from exc
             result = None
             if value.__class__ is float or value.__class__ is int:
                 result = float(value)
@@ -642,6 +684,10 @@ class Reward:
                 value = run_coroutine(value)
         except RewardReturnError as exc:
             raise invalid_return(self.name, exc.value, str(exc)) from None
+        except BaseException as exc:
+            if not escaped(exc):
+                raise
+            raise RewardAborted(exc) from exc
         return self._batch_results(value, len(rows))
 
     def _batch_results(self, value: Any, n: int) -> list[EvaluateResult]:
@@ -667,6 +713,10 @@ class Reward:
             value = await self.fn(**kwargs)
         except RewardReturnError as exc:
             raise invalid_return(self.name, exc.value, str(exc)) from None
+        except BaseException as exc:
+            if not escaped(exc):
+                raise
+            raise RewardAborted(exc) from exc
         return to_result(value, self.name)
 
     # -- callers that must not raise (trainers, the server) -----------------------------------------------------

@@ -191,11 +191,13 @@ class RewardModel:
             )
         self.tokens_per_batch = int(tokens_per_batch)
         self.max_batch_size = int(max_batch_size)
-        n_labels = int(np.shape(params["score"]["w"])[1])
+        D, n_labels = (int(n) for n in np.shape(params["score"]["w"]))
         self.labels: tuple[str, ...] = (
             tuple(labels) if labels else tuple(f"LABEL_{i}" for i in range(n_labels))
         )
-        self.label = _choose_label(label, self.labels, n_labels, np.shape(params["score"]["w"]), source)
+        if len(self.labels) != n_labels:
+            raise RewardHeadError(f"{source}: {len(self.labels)} labels given for a head of {n_labels} rows")
+        self.label = _choose_label(label, self.labels, (n_labels, D), "b" in params["score"], source)
         self.dtype = jnp.dtype(dtype)
         self.device = device if device is not None else jax.devices()[0]
         trunk = {k: v for k, v in params.items() if k not in ("score", "lm_head")}
@@ -408,10 +410,11 @@ def _label_names(config_file: Path, n: int) -> tuple[str, ...]:
 
 
 def _choose_label(
-    label: int | str | None, names: tuple[str, ...], n: int, shape: tuple[int, ...], source: str
+    label: int | str | None, names: tuple[str, ...], shape: tuple[int, int], bias: bool, source: str
 ) -> int:
-    """The row of ``score.weight`` that is the reward."""
-    head = f"tensor 'score.weight' of shape {tuple(shape)}"
+    """The row of ``score.weight`` (shape (N, D) as the checkpoint stores it) that is the reward."""
+    n = shape[0]
+    head = f"tensor 'score.weight' of shape {tuple(shape)}" + (" (and 'score.bias')" if bias else "")
     if label is None:
         if n == 1:
             return 0

@@ -23,7 +23,7 @@ torch = pytest.importorskip("torch")
 
 from pytest_reward.jax import RewardModel  # noqa: E402
 
-from .conftest import EOS, save_reward_models  # noqa: E402
+from .conftest import EOS  # noqa: E402
 
 NAMES = ["gpt2", "llama", "qwen2", "qwen2-token"]
 
@@ -122,8 +122,8 @@ def test_a_row_of_pad_tokens_alone_pools_its_first_token_as_transformers(reward_
     assert models[name, "hf"].score_ids([row])[0] == pytest.approx(expected, abs=1e-4)
 
 
-def test_a_chosen_label_of_a_multi_label_head_matches_that_column(tmp_path):
-    checkpoints = save_reward_models(tmp_path, num_labels=3)
+def test_a_chosen_label_of_a_multi_label_head_matches_that_column(reward_checkpoints_3_labels):
+    checkpoints = reward_checkpoints_3_labels
     rows = mixed_rows(3)
     for name in ("gpt2", "qwen2-token"):
         path, hf = checkpoints[name]

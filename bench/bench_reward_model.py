@@ -24,7 +24,7 @@ and the FLOPs. ``--smoke`` runs tiny shapes on any device, both paths (the test 
 cannot rot between the sessions lent a GPU).
 
 Usage: ``python bench/bench_reward_model.py [--device auto|cpu|gpu] [--smoke] [--reps 3] [--rounds 3]
-[--results bench/RESULTS.md]``
+[--wait-quiet MIN] [--results bench/RESULTS.md]``
 """
 
 from __future__ import annotations
@@ -143,6 +143,14 @@ def load() -> str:
     return "/".join(f"{x:.1f}" for x in os.getloadavg())
 
 
+def wait_for_quiet(max_minutes: float, threshold: float) -> None:
+    """On a shared machine: wait (bounded) until the 1-minute load average drops below ``threshold``."""
+    deadline = time.time() + 60 * max_minutes
+    while os.getloadavg()[0] >= threshold and time.time() < deadline:
+        time.sleep(10)
+    print(f"(load average {load()} when starting)", flush=True)
+
+
 # ---------------------------------------------------------------------------------------------- CPU
 def cpu_bench(path: Path, smoke: bool, reps: int, rounds: int) -> None:
     import torch
@@ -259,7 +267,12 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--rounds", type=int, default=3, help="CPU: how many times the whole comparison runs")
     p.add_argument("--results", type=Path, help="write our section of this RESULTS.md")
+    p.add_argument(
+        "--wait-quiet", type=float, default=0.0, metavar="MIN", help="wait up to MIN minutes for a load below 2"
+    )
     args = p.parse_args()
+    if args.wait_quiet:
+        wait_for_quiet(args.wait_quiet, 2.0)
     import torch
     import transformers
 

@@ -29,10 +29,16 @@ def test_cpu_smoke_run_compares_both_engines_and_writes_its_section(tmp_path):
     results.write_text("# Benchmark results\n\n## Another section\n\nkept as it is\n")
     proc = run("--smoke", "--device", "cpu", "--reps", "1", "--rounds", "2", "--results", str(results))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    rounds = re.findall(r"- round \d: ours .* transformers .*: \*\*(\d+\.\d+)x\*\*", proc.stdout)
+    rounds = re.findall(
+        r"- round \d: transformers .* whole rows .*\*\*(\d+\.\d+)x\*\*.* shared prompts .*\*\*(\d+\.\d+)x",
+        proc.stdout,
+    )
     assert len(rounds) == 2, proc.stdout
-    difference = re.search(r"max \|score difference\| (\S+)", proc.stdout)
-    assert difference and float(difference.group(1)) < 1e-4
+    differences = re.findall(r"max \|score - transformers\| (\S+)", proc.stdout)
+    assert len(differences) == 2 and all(float(d) < 1e-4 for d in differences), proc.stdout
+    assert (
+        "programs [(4, 32)]" in proc.stdout and "programs [(2, 16, 4, 16)]" in proc.stdout
+    )  # shared: 2 prompts
     assert re.search(r"\d+ % of the sustained matmul peak", proc.stdout)
     text = results.read_text()
     assert "## Another section\n\nkept as it is" in text

@@ -265,9 +265,49 @@ def test_default_batches_are_sized_by_tokens(reward_checkpoints):
     assert rm.stats.tokens == 100 and rm.stats.padded_tokens == 5 * 24
 
 
+def shared_rows(n_prompts: int, per_prompt: int, seed: int) -> list[list[int]]:
+    """``per_prompt`` responses (1-15 tokens) to each of ``n_prompts`` prompts (6-30 tokens), shuffled."""
+    rng = np.random.default_rng(seed)
+    prompts = [rng.integers(0, EOS, rng.integers(6, 31)).tolist() for _ in range(n_prompts)]
+    rows = [
+        p + rng.integers(0, EOS + 1, rng.integers(1, 16)).tolist() for p in prompts for _ in range(per_prompt)
+    ]
+    return [rows[i] for i in rng.permutation(len(rows))]
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama", "qwen2-token"])
+def test_rows_sharing_a_prompt_run_it_once_with_the_scores_of_whole_rows(reward_checkpoints, name):
+    path = reward_checkpoints[name][0]
+    shared = RewardModel.from_checkpoint(path, min_shared_prefix=4)
+    whole = RewardModel.from_checkpoint(path, min_shared_prefix=None)
+    rows = [*shared_rows(3, 4, seed=8), [1, 2, 3, 4, 5], [9] * 20]  # the last two share nothing
+    np.testing.assert_allclose(shared.score_ids(rows), whole.score_ids(rows), atol=1e-5, rtol=0)
+    assert shared.stats.shared_tokens >= 3 * 3 * 6  # each prompt run once instead of four times
+    assert shared.stats.tokens + shared.stats.shared_tokens == whole.stats.tokens
+    assert any(len(key) == 4 for key in shared.stats.compile_keys)  # (G, P, B, T) programs ran
+    assert all(len(key) == 2 for key in whole.stats.compile_keys) and whole.stats.shared_tokens == 0
+    with pytest.raises(ValueError, match=r"min_shared_prefix must be a positive number of tokens or None"):
+        RewardModel.from_checkpoint(path, min_shared_prefix=0)
+
+
+def test_a_group_larger_than_a_batch_is_split(reward_checkpoints):
+    path = reward_checkpoints["gpt2"][0]
+    shared = RewardModel.from_checkpoint(path, min_shared_prefix=4)
+    rows = shared_rows(1, 7, seed=9) + shared_rows(1, 2, seed=10)
+    got = shared.score_ids(rows, batch_size=4)
+    np.testing.assert_allclose(
+        got, RewardModel.from_checkpoint(path, min_shared_prefix=None).score_ids(rows), atol=1e-5
+    )
+    assert max(key[2] for key in shared.stats.compile_keys if len(key) == 4) == 4
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    rows=st.lists(st.lists(st.integers(0, EOS), min_size=1, max_size=40), min_size=1, max_size=10),
+    rows=st.lists(
+        st.tuples(st.integers(0, 3), st.lists(st.integers(0, EOS), min_size=1, max_size=30)),
+        min_size=1,
+        max_size=10,
+    ),
     batch_size=st.sampled_from([None, 1, 3, 8]),
     pooling=st.sampled_from(["hf", "last_attended"]),
     seed=st.integers(0, 2**16),
@@ -275,6 +315,9 @@ def test_default_batches_are_sized_by_tokens(reward_checkpoints):
 def test_scores_do_not_depend_on_batch_neighbours_or_order(
     reward_checkpoints, rows, batch_size, pooling, seed
 ):
+    """Rows are one of three prompts (or none) and a tail: rows that share a prompt run it once, the others whole."""
+    prompts = [[], [5] * 6, list(range(10, 30)), [7, 8] * 4]
+    rows = [prompts[p] + tail for p, tail in rows]
     rm = _cached(reward_checkpoints, pooling)
     together = rm.score_ids(rows, batch_size=batch_size)
     alone = np.array([rm.score_ids([r])[0] for r in rows])
@@ -289,7 +332,8 @@ _MODELS: dict[str, RewardModel] = {}
 
 def _cached(reward_checkpoints, pooling: str) -> RewardModel:
     if pooling not in _MODELS:
-        _MODELS[pooling] = RewardModel.from_checkpoint(reward_checkpoints["llama"][0], pooling=pooling)
+        path = reward_checkpoints["llama"][0]
+        _MODELS[pooling] = RewardModel.from_checkpoint(path, pooling=pooling, min_shared_prefix=4)
     return _MODELS[pooling]
 
 

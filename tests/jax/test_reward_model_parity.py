@@ -158,3 +158,19 @@ def test_score_texts_and_conversations_read_what_transformers_reads(reward_check
     expected = hf_rule(hf, ids, "right")
     np.testing.assert_allclose(rm.score_conversations(chats), expected, atol=1e-4, rtol=0)
     np.testing.assert_allclose(rm.score_texts(texts), expected, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("pooling", ["hf", "last_attended"])
+@pytest.mark.parametrize("name", NAMES)
+def test_responses_sharing_a_prompt_match_transformers(reward_checkpoints, name, pooling):
+    """The rows of a prompt run it once (``min_shared_prefix``): the scores are still the stacks' own."""
+    _, hf = reward_checkpoints[name]
+    rng = np.random.default_rng(4)
+    prompts = [rng.integers(0, EOS, n).tolist() for n in (40, 33)]
+    rows = [p + rng.integers(0, EOS, k).tolist() for p in prompts for k in (1, 9, 20)]
+    rows[1] += [EOS]  # a response that ends with the end-of-sequence token
+    rm = RewardModel.from_checkpoint(reward_checkpoints[name][0], pooling=pooling)
+    got = rm.score_ids(rows)
+    assert rm.stats.shared_tokens >= 2 * 32
+    reference = hf_rule if pooling == "hf" else last_attended_rule
+    np.testing.assert_allclose(got, reference(hf, rows, "right"), atol=1e-4, rtol=0)

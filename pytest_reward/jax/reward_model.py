@@ -47,6 +47,14 @@ default the power of two nearest below ``tokens_per_batch / T`` (at most ``max_b
 is padded to the next power of two. One executable per ``(B, T)`` is compiled ahead of time and kept, so repeated
 calls compile nothing (``rm.stats.compiles``). Batches are dispatched asynchronously, then collected. One device
 (``jax.devices()[0]`` unless ``device`` is given).
+
+Shared prompts. The responses to one prompt (a chosen/rejected pair, a GRPO group) begin with the same tokens, and
+under causal attention those tokens' keys and values do not depend on what follows. Rows that share at least
+``min_shared_prefix`` leading tokens (default 32; ``None``: off) therefore run them once: a group's prefix runs
+through :func:`~.model.hidden_states` (its keys and values), and each row's own tokens through
+:func:`~.model.extend_hidden_states` on top of them, one ``(G, P, B, T)`` program per shape (``G`` prefixes of
+bucket ``P``, ``B`` rows of bucket ``T``). The scores are those of the whole rows to float rounding (tested to 1e-5;
+the attention sums in another order). ``rm.stats.shared_tokens`` counts the prefix tokens not run again.
 """
 
 from __future__ import annotations
@@ -82,8 +90,7 @@ def reward_scores(
 
     The final norm and the head run for the last position only; the head in float32, whatever the trunk's dtype."""
     x, _ = model.hidden_states(params, cfg, tokens, mask, last_only=True)  # (B, 1, D)
-    h = model.final_norm(params, cfg, x[:, 0]).astype(jnp.float32)  # (B, D)
-    return h @ head["w"].astype(jnp.float32) + head["b"].astype(jnp.float32)  # (B,)
+    return _score(params, head, x[:, 0], cfg)
 
 
 reward_scores_jit = jax.jit(reward_scores, static_argnames=("cfg",))
@@ -103,17 +110,19 @@ def shared_prefix_scores(
     """Rows that continue shared prefixes: prefix_tokens/prefix_mask (G, P) left-padded, each run once; group (B,)
     int32 the prefix each row continues; tokens/mask (B, T) the rows' own tokens, left-padded -> (B,) float32, the
     reward of each row's last token (:func:`reward_scores` of the prefix and the row together)."""
-    _, kvs = model.hidden_states(
-        params, cfg, prefix_tokens, prefix_mask, last_only=True
-    )  # (G, KV, P, Dh) each
-    start = prefix_mask.sum(axis=-1, dtype=jnp.int32)[
-        group
-    ]  # (B,) the first position of each row's own tokens
-    prefix = [(k[group], v[group]) for k, v in kvs]  # (B, KV, P, Dh) each
+    # the prefixes' keys and values, (G, KV, P, Dh) per layer
+    _, kvs = model.hidden_states(params, cfg, prefix_tokens, prefix_mask, last_only=True)
+    prefix = [(k[group], v[group]) for k, v in kvs]  # (B, KV, P, Dh) per layer
+    start = prefix_mask.sum(axis=-1, dtype=jnp.int32)[group]  # (B,) each row's first own position
     x = model.extend_hidden_states(
         params, cfg, tokens, mask, start, prefix, prefix_mask[group], last_only=True
     )
-    h = model.final_norm(params, cfg, x[:, 0]).astype(jnp.float32)  # (B, D)
+    return _score(params, head, x[:, 0], cfg)
+
+
+def _score(params: model.Params, head: model.Params, x: jax.Array, cfg: ModelConfig) -> jax.Array:
+    """The head on the final-normed state: x (B, D) -> (B,) float32."""
+    h = model.final_norm(params, cfg, x).astype(jnp.float32)
     return h @ head["w"].astype(jnp.float32) + head["b"].astype(jnp.float32)
 
 
@@ -154,17 +163,15 @@ def _pow2_ceil(n: int) -> int:
 class RewardStats:
     """Counters a test or a benchmark can read (and reset with :meth:`RewardModel.reset_stats`)."""
 
-    compiles: int = 0  # executables built (one per (B, T) bucket)
+    compiles: int = 0  # executables built (one per batch shape)
     compile_seconds: float = 0.0
     calls: int = 0  # score_* calls
     rows: int = 0  # texts scored
     batches: int = 0  # compiled calls run
     tokens: int = 0  # tokens read (after the pooling cut and truncation)
-    padded_tokens: int = 0  # B x T summed over batches: tokens + padding
+    padded_tokens: int = 0  # the batches' B x T (and G x P of shared prefixes): tokens + padding
     truncated: int = 0  # rows longer than max_length that kept their last tokens
-    shared_tokens: int = (
-        0  # prefix tokens run once for a group of rows instead of once per row (not in ``tokens``)
-    )
+    shared_tokens: int = 0  # shared prefix tokens run once for their group, not per row (not in ``tokens``)
     # (B, T) of each plain executable built, (G, P, B, T) of each shared-prefix one
     compile_keys: list[tuple[int, ...]] = field(default_factory=list)
 
@@ -353,14 +360,14 @@ class RewardModel:
         pad, put = self.tokenizer.pad_token, partial(jax.device_put, device=self.device)
         pending = []  # (row indices, scores on the device): every batch is dispatched before any is collected
         for B, T, idx in self._plan(rows, alone, batch_size):
-            chunk = [rows[i] for i in idx] + [rows[idx[-1]]] * (
-                B - len(idx)
-            )  # copies fill the batch (dropped)
+            chunk = [rows[i] for i in idx]
+            chunk += [chunk[-1]] * (B - len(idx))  # copies fill the batch (their scores are dropped)
             tokens, mask = _left_pad(chunk, pad, T)
             pending.append((idx, self._executable((B, T))(self.params, self.head, put(tokens), put(mask))))
             self.stats.batches += 1
             self.stats.padded_tokens += B * T
         for G, P, B, T, members in self._plan_shared(rows, groups, batch_size):
+            # members: (prefix length, row indices) of each group; rows are fed without their prefix
             prefixes = [rows[m[0]][:n] for n, m in members]
             prefixes += [prefixes[-1]] * (G - len(prefixes))
             idx = [i for _, m in members for i in m]
@@ -374,8 +381,9 @@ class RewardModel:
             pending.append((idx, self._executable((G, P, B, T))(self.params, self.head, *args)))
             self.stats.batches += 1
             self.stats.padded_tokens += G * P + B * T
-            self.stats.shared_tokens += sum(n * (len(m) - 1) for n, m in members)
-            self.stats.tokens -= sum(n * (len(m) - 1) for n, m in members)
+            saved = sum(n * (len(m) - 1) for n, m in members)
+            self.stats.shared_tokens += saved
+            self.stats.tokens -= saved
         for idx, scores in pending:
             out[idx] = np.asarray(scores)[: len(idx)]
         return out

@@ -39,7 +39,7 @@ def test_cpu_smoke_run_compares_both_engines_and_writes_its_section(tmp_path):
     assert (
         "programs [(4, 32)]" in proc.stdout and "programs [(2, 16, 4, 16)]" in proc.stdout
     )  # shared: 2 prompts
-    assert re.search(r"\d+ % of the sustained matmul peak", proc.stdout)
+    assert re.search(r"\*\*median \d+ %\*\* \(quartiles \d+-\d+ %\) over the 2 alternations", proc.stdout)
     text = results.read_text()
     assert "## Another section\n\nkept as it is" in text
     assert "## Learned reward models on the engine (issue 32): CPU" in text and "- command: `python " in text

@@ -5,6 +5,7 @@ Parity with transformers is in ``test_reward_model_parity.py``.
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 
@@ -348,3 +349,20 @@ def test_bfloat16_scores_track_float32(reward_checkpoints):
     got = bf16.score_ids(rows)
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, f32, atol=0.1 * np.abs(f32).max())
+
+
+def test_sharded_and_bfloat16_checkpoints_load_their_head(reward_checkpoints, tmp_path):
+    torch = pytest.importorskip("torch")
+    path, hf = reward_checkpoints["qwen2-token"]
+    rows = random_rows(3, 4, 20, seed=11)
+    expected = RewardModel.from_checkpoint(path).score_ids(rows)
+    hf.save_pretrained(tmp_path / "sharded", max_shard_size="20KB")
+    ByteTokenizer().save(tmp_path / "sharded")
+    assert (tmp_path / "sharded" / "model.safetensors.index.json").exists()
+    np.testing.assert_array_equal(RewardModel.from_checkpoint(tmp_path / "sharded").score_ids(rows), expected)
+    copy.deepcopy(hf).to(torch.bfloat16).save_pretrained(tmp_path / "bf16")  # the session's model stays float32
+    ByteTokenizer().save(tmp_path / "bf16")
+    _, params = load_checkpoint(tmp_path / "bf16", head="score")
+    assert params["score"]["b"].tolist() == [0.5]  # read from BF16 bytes
+    got = RewardModel.from_checkpoint(tmp_path / "bf16").score_ids(rows)
+    np.testing.assert_allclose(got, expected, atol=0.05 * np.abs(expected).max())

@@ -17,6 +17,7 @@ Modules, one concept each:
 * :mod:`.inference` - :class:`InferenceJob`, the API, shape buckets, devices and the theseus duck type;
 * :mod:`.hosts` - several processes under ``jax.distributed``: :func:`~.hosts.initialize` and collectives that
   check arrival and shapes with a timeout instead of aborting or hanging;
+* :mod:`.reward_model` - :class:`RewardModel`, learned reward models (a scalar head on the trunk) scoring texts;
 * :mod:`.compilation` - compile counter and persistent compilation cache;
 * :mod:`.zoo` - :func:`resolve_model` for the shipped example models.
 
@@ -30,7 +31,7 @@ wheel can find it; ``examples/models/tiny-adder`` in the repository is a symlink
 
 from __future__ import annotations
 
-from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .checkpoint import CheckpointError, RewardHeadError, load_checkpoint, save_checkpoint
 from .compilation import (
     backend_compile_count,
     enable_compilation_cache,
@@ -40,6 +41,7 @@ from .compilation import (
 from .config import ConfigError, ModelConfig
 from .inference import InferenceJob, InferenceState, InferenceStats, Loglikelihood, Rollout
 from .model import forward, init_params
+from .reward_model import RewardModel
 from .tokenizer import ByteTokenizer, HFTokenizer, Tokenizer, TokenizerError, load_tokenizer, render_chatml
 from .zoo import available_models, resolve_model
 
@@ -53,6 +55,8 @@ __all__ = [
     "InferenceStats",
     "Loglikelihood",
     "ModelConfig",
+    "RewardHeadError",
+    "RewardModel",
     "Rollout",
     "Tokenizer",
     "TokenizerError",

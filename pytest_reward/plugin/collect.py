@@ -256,7 +256,9 @@ class SamplesFile(pytest.File):
             invoker = Invoker.of(fn, label, settings)
             ledger = ledgers.get(fn.name)
             batch = (
-                BatchScheduler(invoker, [s for s in samples if not s.prompt_only], settings.batch_size)
+                BatchScheduler(
+                    invoker, [s for s in samples if not s.prompt_only], invoker.chunk(settings.batch_size)
+                )
                 if invoker.batch
                 else None
             )

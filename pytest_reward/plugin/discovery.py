@@ -6,10 +6,12 @@ Sources, in this order:
    trainer's function), else ini ``reward_functions`` (one such entry per line, paths relative to the rootdir) —
    when given, only these functions are used (they select);
 2. modules matching ini ``reward_modules`` (default ``main.py reward_*.py *_reward.py rewards.py``) under the
-   scan roots, imported under a dotted name derived from their path relative to the rootdir, so two
-   ``main.py`` files never shadow each other;
-3. test modules (ini ``python_files``) under the scan roots that mention ``reward_function``, imported exactly as
-   pytest imports them (same module objects, assertion rewriting intact).
+   scan roots that use the API (their text mentions ``reward_function`` or ``pytest_reward``: a module that only
+   builds ``reward_model(...)`` or ``combine(...)`` functions counts), imported under a dotted name derived from
+   their path relative to the rootdir, so two ``main.py`` files never shadow each other; one that fails to import
+   is a collection error naming the error;
+3. test modules (ini ``python_files``) under the scan roots that use the API (the same test), imported exactly as
+   pytest imports them (same module objects, assertion rewriting intact; pytest reports their import errors).
 
 Scan roots are the directories (and ``.py`` files) among pytest's arguments plus the directories of the samples
 files named on the command line; the rootdir when there are none. A module contributes the reward functions it
@@ -46,7 +48,9 @@ if TYPE_CHECKING:
 __all__ = ["DiscoveryOptions", "discover"]
 
 
-_NEEDLE = b"reward_function"
+_NEEDLES = (b"reward_function", b"pytest_reward")
+"""A module is imported only when its text mentions one of these: a reward-kit ``@reward_function``, or this package
+(``from pytest_reward import reward_model``). Other ``main.py`` files under the roots are never executed."""
 
 
 def _matches(path: Path, patterns: Sequence[str]) -> bool:
@@ -54,11 +58,12 @@ def _matches(path: Path, patterns: Sequence[str]) -> bool:
     return any(fnmatch.fnmatch(name, pat) or fnmatch.fnmatch(str(path), pat) for pat in patterns)
 
 
-def _mentions_reward_function(path: Path) -> bool:
+def _uses_api(path: Path) -> bool:
     try:
-        return _NEEDLE in path.read_bytes()
+        text = path.read_bytes()
     except OSError:
         return False
+    return any(needle in text for needle in _NEEDLES)
 
 
 def _format_import_error(exc: BaseException) -> str:
@@ -313,7 +318,7 @@ def discover(opts: DiscoveryOptions, config: Any = None) -> Registry:
         is_reward_module = not is_test_module and _matches(path, opts.reward_modules)
         if is_test_module and not opts.test_modules:
             continue
-        if not (is_reward_module or is_test_module) or not _mentions_reward_function(path):
+        if not (is_reward_module or is_test_module) or not _uses_api(path):
             continue
         try:
             if is_test_module and config is not None:

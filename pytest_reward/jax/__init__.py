@@ -15,6 +15,7 @@ Modules, one concept each:
 * :mod:`.tokenizer` - :class:`ByteTokenizer` (no dependency) and :class:`HFTokenizer` (``tokenizers``);
 * :mod:`.generate` - the jitted programs (rollout, scoring, logits, the naive no-cache reference);
 * :mod:`.inference` - :class:`InferenceJob`, the API, shape buckets, devices and the theseus duck type;
+* :mod:`.reward_model` - :class:`RewardModel`, learned reward models (a scalar head on the trunk) scoring texts;
 * :mod:`.compilation` - compile counter and persistent compilation cache;
 * :mod:`.zoo` - :func:`resolve_model` for the shipped example models.
 
@@ -28,7 +29,7 @@ wheel can find it; ``examples/models/tiny-adder`` in the repository is a symlink
 
 from __future__ import annotations
 
-from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .checkpoint import CheckpointError, RewardHeadError, load_checkpoint, save_checkpoint
 from .compilation import (
     backend_compile_count,
     enable_compilation_cache,
@@ -38,6 +39,7 @@ from .compilation import (
 from .config import ConfigError, ModelConfig
 from .inference import InferenceJob, InferenceState, InferenceStats, Loglikelihood, Rollout
 from .model import forward, init_params
+from .reward_model import RewardModel
 from .tokenizer import ByteTokenizer, HFTokenizer, Tokenizer, TokenizerError, load_tokenizer, render_chatml
 from .zoo import available_models, resolve_model
 
@@ -51,6 +53,8 @@ __all__ = [
     "InferenceStats",
     "Loglikelihood",
     "ModelConfig",
+    "RewardHeadError",
+    "RewardModel",
     "Rollout",
     "Tokenizer",
     "TokenizerError",

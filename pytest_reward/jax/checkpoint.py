@@ -20,16 +20,25 @@ GPT-2 (``transformer.`` prefix optional)   Llama / Qwen2 / Mistral        ours
 ``h.{i}.mlp.c_proj.weight`` (F, D)         ``…mlp.down_proj``             ``layers[i].down.w`` (F, D)
 ``ln_f.weight/bias``                       ``model.norm.weight``          ``final_norm``
 ``lm_head.weight`` (V, D), untied only     ``lm_head.weight``             ``lm_head.w`` (D, V)
+``score.weight`` (N, D), ``head="score"``  ``score.weight`` (N, D)        ``score.w`` (D, N)
+``score.bias`` (N,) when present           ``score.bias`` (N,)            ``score.b`` (N,)
 =========================================  =============================  ==========================================
+
+Heads. ``head="lm"`` (default) reads a causal language model: the unembedding is ``lm_head.weight`` unless the config
+ties it to the embedding. ``head="score"`` reads a reward model instead, the scalar head transformers puts on the same
+trunk: ``GPT2ForSequenceClassification`` and the ``GenericForSequenceClassification`` of Llama and Qwen2
+(``modeling_layers.py``: ``nn.Linear(hidden_size, num_labels, bias=False)``), or ``GenericForTokenClassification``
+(the same ``score`` with a bias, as verl trains its reward models); an ``lm_head.weight`` beside it is not read.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -43,8 +52,19 @@ INDEX_FILE = "model.safetensors.index.json"
 _IGNORED_SUFFIXES = (".attn.bias", ".attn.masked_bias", "rotary_emb.inv_freq")
 
 
+Head = Literal["lm", "score"]
+
+# A layer's tensor (GPT-2 ``h.{i}.``, Llama ``layers.{i}.``): not listed when an error names the other tensors.
+_LAYER_KEY = re.compile(r"(^|\.)(h|layers)\.\d+\.")
+
+
 class CheckpointError(ValueError):
     """A model directory we cannot load; the message names the file, the tensor and the expected shape."""
+
+
+class RewardHeadError(CheckpointError):
+    """A reward model directory without a usable scalar head (``score.weight``): the message names the tensors the
+    checkpoint has outside its layers, and what to pass when the head has several labels."""
 
 
 @dataclass(frozen=True)
@@ -59,8 +79,9 @@ class _Entry:
     transpose: bool
 
 
-def _entries(cfg: ModelConfig, prefix: str) -> list[_Entry]:
-    """Every tensor the config requires, with its checkpoint name(s) and shape(s)."""
+def _entries(cfg: ModelConfig, prefix: str, head: Head = "lm") -> list[_Entry]:
+    """Every tensor the config requires, with its checkpoint name(s) and shape(s); the ``score`` head's are
+    checked by :func:`_score_head`, its number of labels coming from the checkpoint."""
     D, F, V = cfg.d_model, cfg.d_ff, cfg.vocab_size
     Hd, KVd = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
     out: list[_Entry] = []
@@ -119,7 +140,7 @@ def _entries(cfg: ModelConfig, prefix: str) -> list[_Entry]:
                 add((*L, "up", "b"), [(f"{m}gate_proj.bias", (F,)), (f"{m}up_proj.bias", (F,))])
                 add((*L, "down", "b"), f"{m}down_proj.bias", (D,))
         add(("final_norm", "scale"), "model.norm.weight", (D,))
-    if not cfg.tie_embeddings:
+    if head == "lm" and not cfg.tie_embeddings:
         add(("lm_head", "w"), "lm_head.weight", (V, D), transpose=True)
     return out
 
@@ -193,12 +214,18 @@ class _Shards:
         return self._handles[path]
 
 
-def load_checkpoint(path: str | Path, dtype: Any = np.float32) -> tuple[ModelConfig, dict[str, Any]]:
+def load_checkpoint(
+    path: str | Path, dtype: Any = np.float32, *, head: Head = "lm"
+) -> tuple[ModelConfig, dict[str, Any]]:
     """Load ``config.json`` and the safetensors weights of a Hugging Face model directory.
 
     Returns ``(config, params)`` where params is a tree of numpy arrays (``dtype``, default float32) laid out as
     :func:`pytest_reward.jax.model.init_params`. Raises :class:`CheckpointError` (or :class:`ConfigError`) naming
     the file, the tensor key and the expected shape when something does not fit.
+
+    ``head="score"`` reads a reward model (see the module docstring): the tree has ``score`` ``{w (D, N), b (N,)
+    when the checkpoint has a bias}`` and no ``lm_head``; a checkpoint without ``score.weight`` raises
+    :class:`RewardHeadError`.
     """
     directory = Path(path)
     if not directory.is_dir():
@@ -211,7 +238,7 @@ def load_checkpoint(path: str | Path, dtype: Any = np.float32) -> tuple[ModelCon
 
     params: dict[str, Any] = {"layers": [{} for _ in range(cfg.n_layers)]}
     used: set[str] = set()
-    for entry in _entries(cfg, prefix):
+    for entry in _entries(cfg, prefix, head):
         pieces = []
         for key, expected in entry.parts:
             file = shards.file_of(key)
@@ -235,6 +262,10 @@ def load_checkpoint(path: str | Path, dtype: Any = np.float32) -> tuple[ModelCon
             node = node.setdefault(step, {}) if isinstance(step, str) else node[step]
         node[entry.path[-1]] = np.ascontiguousarray(value)
 
+    if head == "score":
+        params["score"] = _score_head(directory, cfg, shards, dtype)
+        used.update(k for k in ("score.weight", "score.bias", "lm_head.weight") if k in shards.location)
+
     leftovers = sorted(
         k
         for k in shards.location
@@ -248,6 +279,38 @@ def load_checkpoint(path: str | Path, dtype: Any = np.float32) -> tuple[ModelCon
             f"layers: {leftovers[:5]}{' ...' if len(leftovers) > 5 else ''} (does config.json match the weights?)"
         )
     return cfg, params
+
+
+def _score_head(directory: Path, cfg: ModelConfig, shards: _Shards, dtype: Any) -> dict[str, np.ndarray]:
+    """The reward head ``{w (D, N), b (N,) if present}`` from ``score.weight`` (N, D) and ``score.bias`` (N,)."""
+    D = cfg.d_model
+    if shards.file_of("score.weight") is None:
+        others = sorted(k for k in shards.location if not _LAYER_KEY.search(k))
+        hint = ""
+        if "lm_head.weight" in shards.location or cfg.tie_embeddings:
+            hint = (
+                " This looks like a causal language model: a reward model is saved by "
+                "AutoModelForSequenceClassification (or AutoModelForTokenClassification) with its trained head."
+            )
+        raise RewardHeadError(
+            f"{directory}: no reward head: expected tensor 'score.weight' of shape (num_labels, {D}), found only "
+            f"{others} outside the {cfg.n_layers} layers.{hint}"
+        )
+    w_shape = shards.shape("score.weight")
+    if len(w_shape) != 2 or w_shape[1] != D or w_shape[0] < 1:
+        raise RewardHeadError(
+            f"{shards.file_of('score.weight')}: tensor 'score.weight' has shape {w_shape}, expected (num_labels, {D})"
+        )
+    head = {"w": np.ascontiguousarray(shards.get("score.weight").astype(dtype).T)}  # (D, N)
+    if shards.file_of("score.bias") is not None:
+        b_shape = shards.shape("score.bias")
+        if b_shape != w_shape[:1]:
+            raise RewardHeadError(
+                f"{shards.file_of('score.bias')}: tensor 'score.bias' has shape {b_shape}, expected {w_shape[:1]} "
+                "(one per row of 'score.weight')"
+            )
+        head["b"] = shards.get("score.bias").astype(dtype)
+    return head
 
 
 # ---------------------------------------------------------------------------------------------- writing
@@ -323,4 +386,4 @@ def save_checkpoint(
     return directory
 
 
-__all__ = ["CheckpointError", "ConfigError", "load_checkpoint", "save_checkpoint"]
+__all__ = ["CheckpointError", "ConfigError", "RewardHeadError", "load_checkpoint", "save_checkpoint"]

@@ -127,3 +127,71 @@ def bigram_job(table: np.ndarray, tokenizer=None, max_positions: int = 64, **kwa
         "lm_head": {"w": np.asarray(table, np.float32)},
     }
     return InferenceJob(cfg, params, tokenizer, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------- reward models
+EOS = 256  # the byte tokenizer's <|endoftext|>: eos, and pad (pad == eos, GPT-2's convention) in the reward models
+
+
+def _reward_models(num_labels: int = 1) -> dict[str, object]:
+    """Tiny random reward models, one per class the engine reads: the ``*ForSequenceClassification`` heads (no bias)
+    and a ``*ForTokenClassification`` one (verl's, with a bias)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(1)
+    common = {"vocab_size": VOCAB, "bos_token_id": EOS, "eos_token_id": EOS, "pad_token_id": EOS}
+    common["num_labels"] = num_labels
+    gpt2 = transformers.GPT2Config(n_positions=128, n_embd=32, n_layer=2, n_head=2, **common)
+    llama = transformers.LlamaConfig(
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        rope_theta=5000.0,
+        **common,
+    )
+    qwen2 = transformers.Qwen2Config(
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        max_position_embeddings=128,
+        **common,
+    )
+    return {
+        "gpt2": transformers.GPT2ForSequenceClassification(gpt2),
+        "llama": transformers.LlamaForSequenceClassification(llama),
+        "qwen2": transformers.Qwen2ForSequenceClassification(qwen2),
+        "qwen2-token": transformers.Qwen2ForTokenClassification(qwen2),
+    }
+
+
+def save_reward_models(root: Path, num_labels: int = 1) -> dict[str, tuple[Path, object]]:
+    """name -> (directory written by ``save_pretrained`` with a byte tokenizer, the transformers model in eval mode).
+    Weights are scaled up (random init is near-constant) and the head's bias, where there is one, set away from 0."""
+    import torch
+
+    from pytest_reward.jax import ByteTokenizer
+
+    out = {}
+    for name, m in _reward_models(num_labels).items():
+        with torch.no_grad():
+            for p in m.parameters():
+                if p.ndim >= 2:
+                    p.mul_(3.0)
+            if getattr(m.score, "bias", None) is not None:
+                m.score.bias.copy_(torch.linspace(0.5, 1.5, m.score.bias.numel()))
+        m.eval()
+        m.save_pretrained(root / name)
+        ByteTokenizer().save(root / name)
+        out[name] = (root / name, m)
+    return out
+
+
+@pytest.fixture(scope="session")
+def reward_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, object]]:
+    """The tiny reward models of :func:`save_reward_models`, one label each."""
+    return save_reward_models(tmp_path_factory.mktemp("rm"))

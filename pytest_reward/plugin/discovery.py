@@ -30,6 +30,7 @@ import fnmatch
 import importlib
 import importlib.util
 import inspect
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,7 +73,13 @@ def _format_import_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _source_location(obj: Any, module: ModuleType | None) -> tuple[Path, int]:
+_PACKAGE = Path(__file__).resolve().parents[1]
+
+
+def _source_location(obj: Any, module: ModuleType | None, attr: str = "") -> tuple[Path, int]:
+    """Where a reward function is defined. One the package built at run time (``reward_model(...)``,
+    ``combine(...)``: its code is ours) is located where the user's module assigns it, ``attr = ...`` (line 1 when
+    no such line is found): that is what reports point at and what its ``samples=`` are relative to."""
     inner = inspect.unwrap(getattr(obj, "__trainer_native__", obj))
     try:
         file = inspect.getsourcefile(inner) or inspect.getfile(inner)
@@ -80,7 +87,27 @@ def _source_location(obj: Any, module: ModuleType | None) -> tuple[Path, int]:
     except (TypeError, AttributeError):
         file = getattr(module, "__file__", None) or "<unknown>"
         lineno = 0
+    home = getattr(module, "__file__", None)
+    if (
+        home
+        and Path(file).resolve().is_relative_to(_PACKAGE)
+        and not Path(home).resolve().is_relative_to(_PACKAGE)
+    ):
+        return Path(home), _assignment_line(Path(home), attr)
     return Path(file), int(lineno)
+
+
+def _assignment_line(path: Path, attr: str) -> int:
+    """The first line of ``path`` that assigns ``attr`` at module level (1 when none does)."""
+    if attr:
+        pattern = re.compile(rf"^{re.escape(attr)}\s*(:[^=]*)?=[^=]")
+        try:
+            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                if pattern.match(line):
+                    return number
+        except (OSError, UnicodeDecodeError):
+            pass
+    return 1
 
 
 @dataclass
@@ -198,7 +225,7 @@ def _relative(path: Path, root: Path) -> str:
 def _make_entry(obj: Any, module: ModuleType | None, opts: DiscoveryOptions, attr: str = "") -> RewardFn:
     from ..reward.decorator import RewardSpec, get_spec
 
-    path, lineno = _source_location(obj, module)
+    path, lineno = _source_location(obj, module, attr)
     qualname = getattr(obj, "__qualname__", getattr(obj, "__name__", "reward"))
     error = None
     try:
@@ -332,7 +359,9 @@ def discover(opts: DiscoveryOptions, config: Any = None) -> Registry:
                 continue  # pytest reports it when it collects the module
             registry.import_errors.append((path, _format_import_error(exc)))
             continue
-        for attr, obj in sorted(functions_in(module), key=lambda kv: _source_location(kv[1], module)[1]):
+        for attr, obj in sorted(
+            functions_in(module), key=lambda kv: _source_location(kv[1], module, kv[0])[1]
+        ):
             add(obj, module, attr)
     _disambiguate(registry.functions, opts.rootdir)
     return registry

@@ -129,3 +129,22 @@ def test_deploy_method_refuses_a_reward_model_before_running_anything():
         "ships reward functions' code, not model weights"
     )
     assert "--reward-fn path.py::name" in str(info.value)
+
+
+def test_a_function_built_at_run_time_is_located_in_the_module_that_assigns_it(project):
+    """Regression: such a function was located in the package's own file, so its marker's samples= paths were
+    looked up there, and reports pointed into the package."""
+    project.file(
+        "metrics/sums/rewards.py",
+        """
+        import pytest
+        from pytest_reward import reward_model
+
+        # bound to the samples file beside this module
+        rm = pytest.mark.reward(samples="data.jsonl")(reward_model("tiny-sum-rm"))
+        """,
+    )
+    project.jsonl("metrics/sums/data.jsonl", [{"messages": msgs("1+2=", "3")}])
+    result = project.run("--collect-only", "-q", "metrics")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["metrics/sums/data.jsonl::tiny_sum_rm?line-1?"])

@@ -76,7 +76,9 @@ def timed(cmd: list[str], cwd: Path) -> float:
     done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - start
     if done.returncode not in (0, 1):  # 1: some wrong answers fail their samples, as they should
-        raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+        raise SystemExit(
+            f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        )
     return seconds
 
 

@@ -13,13 +13,14 @@ from pytest_reward import EvaluateResult, reward_function, reward_model
 #: The gates both functions must pass on the pairs: overall, and per subset of problems.
 PAIRS = pytest.mark.reward(
     samples="pairs.jsonl",
-    pair_accuracy=0.85,
-    subset_accuracy={"no-carry": 0.85, "carry": 0.8, "three-digit": 0.8},
+    pair_accuracy=0.8,
+    subset_accuracy={"no-carry": 0.8, "carry": 0.75, "three-digit": 0.8},
 )
 
 sum_rm = PAIRS(reward_model("tiny-sum-rm", name="sum_rm"))
 
-sum_rm_answers = pytest.mark.reward(samples="answers.jsonl", threshold=0.0, pass_rate=0.9, mean=2.0)(
+#: On correct answers alone, the model's calibrated zero is "correct": most must score above it.
+sum_rm_answers = pytest.mark.reward(samples="answers.jsonl", threshold=0.0, pass_rate=0.75, mean=1.0)(
     reward_model("tiny-sum-rm", name="sum_rm_answers", batch_size=64)
 )
 

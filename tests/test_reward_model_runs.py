@@ -148,3 +148,24 @@ def test_deploy_is_refused_with_the_reason(project, scores):
         ]
     )
     assert not (project.path / "out").exists()
+
+
+def test_probed_like_any_reward(project, scores):
+    """A reward model meets the reward-hacking probes: the mutated responses are scored in chunks, and the probe's
+    verdict names what the model paid for (here: several candidate answers listed as one)."""
+    project.file(
+        "rewards.py",
+        """
+        import pytest
+        from pytest_reward import reward_model
+
+        rm = pytest.mark.reward(threshold=0.0, probes=["stuffing"])(reward_model("tiny-sum-rm"))
+        """,
+    )
+    rows = [{"id": f"s{i}", "messages": msgs(p, a), "ground_truth": a} for i, (p, a) in enumerate(CORRECT)]
+    project.jsonl("s.jsonl", rows)  # the ground truth names the answer that stuffing lists among others
+    result = project.run("--reward-samples", "s.jsonl", "-k", "probe", "-rA")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed", 0) + outcomes.get("failed", 0) == 1 and "error" not in outcomes
+    result.stdout.fnmatch_lines(["*tiny_sum_rm?probe:stuffing?*"])
+    assert "INTERNALERROR" not in result.stdout.str()

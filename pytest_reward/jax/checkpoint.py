@@ -246,7 +246,7 @@ def load_checkpoint(
                 where = ", ".join(sorted({p.name for p in shards.location.values()})) or "the checkpoint"
                 raise CheckpointError(
                     f"{directory}: tensor {key!r} with expected shape {expected} is missing from {where} "
-                    f"(config.json says model_type={cfg.model_type!r}, {cfg.n_layers} layers)"
+                    f"(config.json says model_type={cfg.model_type!r}, {cfg.n_layers} layers){_reward_hint(shards)}"
                 )
             actual = shards.shape(key)
             if actual != expected:
@@ -277,8 +277,19 @@ def load_checkpoint(
         raise CheckpointError(
             f"{directory}: {len(leftovers)} tensor(s) not used by a {cfg.model_type} model with {cfg.n_layers} "
             f"layers: {leftovers[:5]}{' ...' if len(leftovers) > 5 else ''} (does config.json match the weights?)"
+            f"{_reward_hint(shards) if head == 'lm' else ''}"
         )
     return cfg, params
+
+
+def _reward_hint(shards: _Shards) -> str:
+    """A pointer to the reward model API when a checkpoint read as a language model has a reward head."""
+    if "score.weight" not in shards.location:
+        return ""
+    return (
+        ". It has a reward head ('score.weight', a *ForSequenceClassification checkpoint): load it with "
+        "pytest_reward.jax.RewardModel.from_checkpoint"
+    )
 
 
 def _score_head(directory: Path, cfg: ModelConfig, shards: _Shards, dtype: Any) -> dict[str, np.ndarray]:

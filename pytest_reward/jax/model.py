@@ -327,6 +327,47 @@ def hidden_states(
     return x, kvs
 
 
+def extend_hidden_states(
+    params: Params,
+    cfg: ModelConfig,
+    tokens: jax.Array,
+    mask: jax.Array,
+    start: jax.Array,
+    prefix: list[tuple[jax.Array, jax.Array]],
+    prefix_mask: jax.Array,
+    last_only: bool = False,
+) -> jax.Array:
+    """Causal forward of continuations of prefixes already run (their keys and values from :func:`hidden_states`).
+
+    tokens, mask (B, T) the continuations, left-padded; start (B,) int32 the position of each row's first token
+    (its prefix's length); prefix one (keys, values) pair per layer, (B, KV, P, Dh) each, and prefix_mask (B, P)
+    bool their real slots. Each token attends to its row's real prefix slots and to the real tokens of its row at or
+    before it: the numbers of :func:`hidden_states` over the prefix and the continuation together, for the
+    continuation's positions. Returns the last hidden state before the final norm, (B, T, D), or with ``last_only``
+    (B, 1, D), the last layer's attention and MLP run for the last position only. Attention is XLA's.
+    """
+    B, T = tokens.shape
+    P = prefix_mask.shape[1]
+    pos = start[:, None] + positions_from_mask(mask)  # (B, T)
+    x = _embed(params, cfg, tokens, pos)
+    own = jnp.tril(jnp.ones((T, T), bool))[None] & mask[:, None, :]  # (B, T, T)
+    earlier = jnp.broadcast_to(prefix_mask[:, None, :], (B, T, P))
+    allowed = jnp.concatenate([earlier, own], axis=-1)[:, None, None]  # (B, 1, 1, T, P + T)
+    for i, (lp, (pk, pv)) in enumerate(zip(params["layers"], prefix, strict=True)):
+        h = _linear(lp["qkv"], _norm(lp["attn_norm"], x, cfg))  # (B, T, (H+2KV) Dh)
+        if cfg.family == "llama":
+            h = _rope_tokens(h, pos, cfg)
+        q, k, v = _split_qkv(h, cfg)
+        k = jnp.concatenate([pk.astype(k.dtype), k], axis=2)  # (B, KV, P + T, Dh)
+        v = jnp.concatenate([pv.astype(v.dtype), v], axis=2)
+        a = allowed
+        if last_only and i == cfg.n_layers - 1:
+            q, a, x = q[:, :, :, -1:], allowed[:, :, :, -1:], x[:, -1:]
+        x = x + _linear(lp["out"], _attend(q, k, v, a, cfg))
+        x = x + _mlp(lp, _norm(lp["mlp_norm"], x, cfg), cfg)
+    return x
+
+
 def forward(params: Params, cfg: ModelConfig, tokens: jax.Array, mask: jax.Array | None = None) -> jax.Array:
     """Logits of a left-padded batch: tokens (B, T) int32, mask (B, T) bool -> (B, T, V) float32."""
     x, _ = hidden_states(params, cfg, tokens, mask)

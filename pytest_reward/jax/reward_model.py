@@ -47,6 +47,14 @@ default the power of two nearest below ``tokens_per_batch / T`` (at most ``max_b
 is padded to the next power of two. One executable per ``(B, T)`` is compiled ahead of time and kept, so repeated
 calls compile nothing (``rm.stats.compiles``). Batches are dispatched asynchronously, then collected. One device
 (``jax.devices()[0]`` unless ``device`` is given).
+
+Shared prompts. The responses to one prompt (a chosen/rejected pair, a GRPO group) begin with the same tokens, and
+under causal attention those tokens' keys and values do not depend on what follows. Rows that share at least
+``min_shared_prefix`` leading tokens (default 32; ``None``: off) therefore run them once: a group's prefix runs
+through :func:`~.model.hidden_states` (its keys and values), and each row's own tokens through
+:func:`~.model.extend_hidden_states` on top of them, one ``(G, P, B, T)`` program per shape (``G`` prefixes of
+bucket ``P``, ``B`` rows of bucket ``T``). The scores are those of the whole rows to float rounding (tested to 1e-5;
+the attention sums in another order). ``rm.stats.shared_tokens`` counts the prefix tokens not run again.
 """
 
 from __future__ import annotations
@@ -56,6 +64,7 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -81,11 +90,43 @@ def reward_scores(
 
     The final norm and the head run for the last position only; the head in float32, whatever the trunk's dtype."""
     x, _ = model.hidden_states(params, cfg, tokens, mask, last_only=True)  # (B, 1, D)
-    h = model.final_norm(params, cfg, x[:, 0]).astype(jnp.float32)  # (B, D)
-    return h @ head["w"].astype(jnp.float32) + head["b"].astype(jnp.float32)  # (B,)
+    return _score(params, head, x[:, 0], cfg)
 
 
 reward_scores_jit = jax.jit(reward_scores, static_argnames=("cfg",))
+
+
+def shared_prefix_scores(
+    params: model.Params,
+    head: model.Params,
+    prefix_tokens: jax.Array,
+    prefix_mask: jax.Array,
+    group: jax.Array,
+    tokens: jax.Array,
+    mask: jax.Array,
+    *,
+    cfg: ModelConfig,
+) -> jax.Array:
+    """Rows that continue shared prefixes: prefix_tokens/prefix_mask (G, P) left-padded, each run once; group (B,)
+    int32 the prefix each row continues; tokens/mask (B, T) the rows' own tokens, left-padded -> (B,) float32, the
+    reward of each row's last token (:func:`reward_scores` of the prefix and the row together)."""
+    # the prefixes' keys and values, (G, KV, P, Dh) per layer
+    _, kvs = model.hidden_states(params, cfg, prefix_tokens, prefix_mask, last_only=True)
+    prefix = [(k[group], v[group]) for k, v in kvs]  # (B, KV, P, Dh) per layer
+    start = prefix_mask.sum(axis=-1, dtype=jnp.int32)[group]  # (B,) each row's first own position
+    x = model.extend_hidden_states(
+        params, cfg, tokens, mask, start, prefix, prefix_mask[group], last_only=True
+    )
+    return _score(params, head, x[:, 0], cfg)
+
+
+def _score(params: model.Params, head: model.Params, x: jax.Array, cfg: ModelConfig) -> jax.Array:
+    """The head on the final-normed state: x (B, D) -> (B,) float32."""
+    h = model.final_norm(params, cfg, x).astype(jnp.float32)
+    return h @ head["w"].astype(jnp.float32) + head["b"].astype(jnp.float32)
+
+
+shared_prefix_scores_jit = jax.jit(shared_prefix_scores, static_argnames=("cfg",))
 
 
 def pooled_length(ids: Sequence[int], pooling: Pooling, pad_token_id: int | None) -> int:
@@ -122,15 +163,17 @@ def _pow2_ceil(n: int) -> int:
 class RewardStats:
     """Counters a test or a benchmark can read (and reset with :meth:`RewardModel.reset_stats`)."""
 
-    compiles: int = 0  # executables built (one per (B, T) bucket)
+    compiles: int = 0  # executables built (one per batch shape)
     compile_seconds: float = 0.0
     calls: int = 0  # score_* calls
     rows: int = 0  # texts scored
     batches: int = 0  # compiled calls run
     tokens: int = 0  # tokens read (after the pooling cut and truncation)
-    padded_tokens: int = 0  # B x T summed over batches: tokens + padding
+    padded_tokens: int = 0  # the batches' B x T (and G x P of shared prefixes): tokens + padding
     truncated: int = 0  # rows longer than max_length that kept their last tokens
-    compile_keys: list[tuple[int, int]] = field(default_factory=list)  # (B, T) of each executable built
+    shared_tokens: int = 0  # shared prefix tokens run once for their group, not per row (not in ``tokens``)
+    # (B, T) of each plain executable built, (G, P, B, T) of each shared-prefix one
+    compile_keys: list[tuple[int, ...]] = field(default_factory=list)
 
 
 class RewardModel:
@@ -149,6 +192,8 @@ class RewardModel:
         dtype: the trunk's dtype (``np.float32``, or ``jnp.bfloat16``); the head runs in float32.
         tokens_per_batch, max_batch_size: the default rows per batch, ``tokens_per_batch / T`` at most
             ``max_batch_size`` (a power of two).
+        min_shared_prefix: rows sharing at least this many leading tokens run them once (module docstring);
+            ``None`` runs every row whole.
         start_token: ``"auto"`` (the tokenizer's declared start token), an id, or ``None`` (texts read bare).
         device: the jax device to run on (default ``jax.devices()[0]``).
         source: where the model came from, for error messages.
@@ -168,6 +213,7 @@ class RewardModel:
         dtype: Any = np.float32,
         tokens_per_batch: int = 16384,
         max_batch_size: int = 256,
+        min_shared_prefix: int | None = 32,
         start_token: int | str | None = "auto",
         device: Any = None,
         source: str = "the reward model",
@@ -191,11 +237,20 @@ class RewardModel:
             )
         self.tokens_per_batch = int(tokens_per_batch)
         self.max_batch_size = int(max_batch_size)
-        n_labels = int(np.shape(params["score"]["w"])[1])
+        if min_shared_prefix is not None and (
+            isinstance(min_shared_prefix, bool) or int(min_shared_prefix) < 1
+        ):
+            raise ValueError(
+                f"min_shared_prefix must be a positive number of tokens or None, got {min_shared_prefix!r}"
+            )
+        self.min_shared_prefix = None if min_shared_prefix is None else int(min_shared_prefix)
+        D, n_labels = (int(n) for n in np.shape(params["score"]["w"]))
         self.labels: tuple[str, ...] = (
             tuple(labels) if labels else tuple(f"LABEL_{i}" for i in range(n_labels))
         )
-        self.label = _choose_label(label, self.labels, n_labels, np.shape(params["score"]["w"]), source)
+        if len(self.labels) != n_labels:
+            raise RewardHeadError(f"{source}: {len(self.labels)} labels given for a head of {n_labels} rows")
+        self.label = _choose_label(label, self.labels, (n_labels, D), "b" in params["score"], source)
         self.dtype = jnp.dtype(dtype)
         self.device = device if device is not None else jax.devices()[0]
         trunk = {k: v for k, v in params.items() if k not in ("score", "lm_head")}
@@ -301,16 +356,34 @@ class RewardModel:
         out = np.zeros(len(rows), np.float32)
         self.stats.calls += 1
         self.stats.rows += len(rows)
-        pending = []
-        for B, T, idx in self._plan([len(r) for r in rows], batch_size):
-            chunk = [rows[i] for i in idx] + [rows[idx[-1]]] * (
-                B - len(idx)
-            )  # copies fill the batch (dropped)
-            tokens, mask = _left_pad(chunk, self.tokenizer.pad_token, T)
-            args = (jax.device_put(tokens, self.device), jax.device_put(mask, self.device))
-            pending.append((idx, self._executable(B, T)(self.params, self.head, *args)))  # async dispatch
+        groups, alone = _shared_prefixes(rows, self.min_shared_prefix)
+        pad, put = self.tokenizer.pad_token, partial(jax.device_put, device=self.device)
+        pending = []  # (row indices, scores on the device): every batch is dispatched before any is collected
+        for B, T, idx in self._plan(rows, alone, batch_size):
+            chunk = [rows[i] for i in idx]
+            chunk += [chunk[-1]] * (B - len(idx))  # copies fill the batch (their scores are dropped)
+            tokens, mask = _left_pad(chunk, pad, T)
+            pending.append((idx, self._executable((B, T))(self.params, self.head, put(tokens), put(mask))))
             self.stats.batches += 1
             self.stats.padded_tokens += B * T
+        for G, P, B, T, members in self._plan_shared(rows, groups, batch_size):
+            # members: (prefix length, row indices) of each group; rows are fed without their prefix
+            prefixes = [rows[m[0]][:n] for n, m in members]
+            prefixes += [prefixes[-1]] * (G - len(prefixes))
+            idx = [i for _, m in members for i in m]
+            group = [g for g, (_, m) in enumerate(members) for _ in m]
+            own = [rows[i][n:] for n, m in members for i in m]
+            own += [own[-1]] * (B - len(idx))
+            group += [group[-1]] * (B - len(idx))
+            ptok, pmask = _left_pad(prefixes, pad, P)
+            tokens, mask = _left_pad(own, pad, T)
+            args = (put(ptok), put(pmask), put(np.asarray(group, np.int32)), put(tokens), put(mask))
+            pending.append((idx, self._executable((G, P, B, T))(self.params, self.head, *args)))
+            self.stats.batches += 1
+            self.stats.padded_tokens += G * P + B * T
+            saved = sum(n * (len(m) - 1) for n, m in members)
+            self.stats.shared_tokens += saved
+            self.stats.tokens -= saved
         for idx, scores in pending:
             out[idx] = np.asarray(scores)[: len(idx)]
         return out
@@ -340,34 +413,83 @@ class RewardModel:
         self.stats.tokens += len(row)
         return row
 
-    def _plan(self, lengths: Sequence[int], batch_size: int | None) -> list[tuple[int, int, list[int]]]:
-        """Batches as ``(B, T, row indices)``: rows sorted by length, grouped by length bucket, ``B`` at a time."""
-        order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-        groups: dict[int, list[int]] = {}
-        for i in order:
-            groups.setdefault(length_bucket(lengths[i], self.max_length), []).append(i)
+    def _plan(
+        self, rows: Sequence[Sequence[int]], indices: Sequence[int], batch_size: int | None
+    ) -> list[tuple[int, int, list[int]]]:
+        """Batches of the rows at ``indices`` as ``(B, T, row indices)``: sorted by length, grouped by length
+        bucket, ``B`` at a time (a last, partial batch: the next power of two)."""
+        buckets: dict[int, list[int]] = {}
+        for i in sorted(indices, key=lambda i: len(rows[i])):
+            buckets.setdefault(length_bucket(len(rows[i]), self.max_length), []).append(i)
         plan = []
-        for T, idx in groups.items():
+        for T, idx in buckets.items():
             full = int(batch_size) if batch_size is not None else self._auto_rows(T)
             for start in range(0, len(idx), full):
                 part = idx[start : start + full]
-                plan.append((full if len(part) == full else min(full, _pow2_ceil(len(part))), T, part))
+                plan.append((_rows_bucket(len(part), full), T, part))
+        return plan
+
+    def _plan_shared(
+        self, rows: Sequence[Sequence[int]], groups: Sequence[tuple[int, list[int]]], batch_size: int | None
+    ) -> list[tuple[int, int, int, int, list[tuple[int, list[int]]]]]:
+        """Batches of groups of rows that share a prefix, as ``(G, P, B, T, [(prefix length, row indices)])``:
+        groups keyed by the length buckets of their prefix (``P``) and of their longest own part (``T``), packed
+        ``B`` rows at a time (a group larger than a batch is split); ``G`` prefixes and ``B`` rows each padded to
+        a power of two."""
+        keyed: dict[tuple[int, int], list[tuple[int, list[int]]]] = {}
+        for n, members in groups:
+            longest = max(len(rows[i]) for i in members) - n
+            key = (length_bucket(n, self.max_length), length_bucket(longest, self.max_length))
+            keyed.setdefault(key, []).append((n, members))
+        plan = []
+        for (P, T), found in sorted(keyed.items()):
+            full = int(batch_size) if batch_size is not None else self._auto_rows(P + T)
+            batch: list[tuple[int, list[int]]] = []
+            size = 0
+            for n, members in found:
+                for start in range(0, len(members), full):
+                    part = members[start : start + full]
+                    if size + len(part) > full:
+                        plan.append((_pow2_ceil(len(batch)), P, _rows_bucket(size, full), T, batch))
+                        batch, size = [], 0
+                    batch.append((n, part))
+                    size += len(part)
+            if batch:
+                plan.append((_pow2_ceil(len(batch)), P, _rows_bucket(size, full), T, batch))
         return plan
 
     def _auto_rows(self, T: int) -> int:
         return _pow2_floor(max(1, min(self.max_batch_size, self.tokens_per_batch // T)))
 
-    def _executable(self, B: int, T: int) -> Any:
-        exe = self._executables.get((B, T))
+    def _executable(self, key: tuple[int, ...]) -> Any:
+        """The compiled program of a batch shape: ``(B, T)`` plain, ``(G, P, B, T)`` shared prefixes."""
+        exe = self._executables.get(key)
         if exe is None:
             t0 = time.perf_counter()
-            shape = jax.ShapeDtypeStruct((B, T), jnp.int32)
-            flags = jax.ShapeDtypeStruct((B, T), jnp.bool_)
-            exe = reward_scores_jit.lower(self.params, self.head, shape, flags, cfg=self.config).compile()
+            ids = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.int32)  # noqa: E731
+            flags = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.bool_)  # noqa: E731
+            if len(key) == 2:
+                B, T = key
+                lowered = reward_scores_jit.lower(
+                    self.params, self.head, ids(B, T), flags(B, T), cfg=self.config
+                )
+            else:
+                G, P, B, T = key
+                lowered = shared_prefix_scores_jit.lower(
+                    self.params,
+                    self.head,
+                    ids(G, P),
+                    flags(G, P),
+                    ids(B),
+                    ids(B, T),
+                    flags(B, T),
+                    cfg=self.config,
+                )
+            exe = lowered.compile()
             self.stats.compile_seconds += time.perf_counter() - t0
             self.stats.compiles += 1
-            self.stats.compile_keys.append((B, T))
-            self._executables[(B, T)] = exe
+            self.stats.compile_keys.append(key)
+            self._executables[key] = exe
         return exe
 
     def __repr__(self) -> str:
@@ -377,6 +499,51 @@ class RewardModel:
             f"pooling={self.pooling!r}, max_length={self.max_length}, dtype={self.dtype.name}, "
             f"start_token={self.start_token})"
         )
+
+
+def _rows_bucket(n: int, full: int) -> int:
+    """Rows of a batch holding ``n``: ``full`` when full, else the next power of two (at most ``full``)."""
+    return full if n == full else min(full, _pow2_ceil(n))
+
+
+def _shared_prefixes(
+    rows: Sequence[Sequence[int]], minimum: int | None
+) -> tuple[list[tuple[int, list[int]]], list[int]]:
+    """Rows that begin with the same ``minimum`` tokens or more, as ``(shared length, row indices)`` groups of two
+    rows or more (each row keeps at least one token of its own), and the indices of the other rows.
+
+    Rows are sorted (lexicographically), so rows with a common beginning are neighbours; a group grows while its
+    first row and the next share ``minimum`` tokens, its shared length the least such overlap."""
+    if minimum is None:
+        return [], list(range(len(rows)))
+    order = sorted(range(len(rows)), key=lambda i: rows[i])
+    groups, alone = [], []
+    k = 0
+    while k < len(order):
+        first = rows[order[k]]
+        members, shared = [order[k]], len(first) - 1
+        while k + len(members) < len(order):
+            other = rows[order[k + len(members)]]
+            overlap = min(shared, _common_length(first, other), len(other) - 1)
+            if overlap < minimum:
+                break
+            members.append(order[k + len(members)])
+            shared = overlap
+        if len(members) > 1:
+            groups.append((shared, members))
+        else:
+            alone.append(members[0])
+        k += len(members)
+    return groups, alone
+
+
+def _common_length(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):  # noqa: B905 - rows of different lengths
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def _left_pad(rows: Sequence[Sequence[int]], pad: int, T: int) -> tuple[np.ndarray, np.ndarray]:
@@ -408,10 +575,11 @@ def _label_names(config_file: Path, n: int) -> tuple[str, ...]:
 
 
 def _choose_label(
-    label: int | str | None, names: tuple[str, ...], n: int, shape: tuple[int, ...], source: str
+    label: int | str | None, names: tuple[str, ...], shape: tuple[int, int], bias: bool, source: str
 ) -> int:
-    """The row of ``score.weight`` that is the reward."""
-    head = f"tensor 'score.weight' of shape {tuple(shape)}"
+    """The row of ``score.weight`` (shape (N, D) as the checkpoint stores it) that is the reward."""
+    n = shape[0]
+    head = f"tensor 'score.weight' of shape {tuple(shape)}" + (" (and 'score.bias')" if bias else "")
     if label is None:
         if n == 1:
             return 0

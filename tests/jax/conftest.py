@@ -195,3 +195,9 @@ def save_reward_models(root: Path, num_labels: int = 1) -> dict[str, tuple[Path,
 def reward_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, object]]:
     """The tiny reward models of :func:`save_reward_models`, one label each."""
     return save_reward_models(tmp_path_factory.mktemp("rm"))
+
+
+@pytest.fixture(scope="session")
+def reward_checkpoints_3_labels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, object]]:
+    """The tiny reward models of :func:`save_reward_models` with a three-row head (``num_labels=3``)."""
+    return save_reward_models(tmp_path_factory.mktemp("rm3"), num_labels=3)

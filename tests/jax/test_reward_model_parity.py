@@ -23,7 +23,7 @@ torch = pytest.importorskip("torch")
 
 from pytest_reward.jax import RewardModel  # noqa: E402
 
-from .conftest import EOS, save_reward_models  # noqa: E402
+from .conftest import EOS  # noqa: E402
 
 NAMES = ["gpt2", "llama", "qwen2", "qwen2-token"]
 
@@ -122,8 +122,8 @@ def test_a_row_of_pad_tokens_alone_pools_its_first_token_as_transformers(reward_
     assert models[name, "hf"].score_ids([row])[0] == pytest.approx(expected, abs=1e-4)
 
 
-def test_a_chosen_label_of_a_multi_label_head_matches_that_column(tmp_path):
-    checkpoints = save_reward_models(tmp_path, num_labels=3)
+def test_a_chosen_label_of_a_multi_label_head_matches_that_column(reward_checkpoints_3_labels):
+    checkpoints = reward_checkpoints_3_labels
     rows = mixed_rows(3)
     for name in ("gpt2", "qwen2-token"):
         path, hf = checkpoints[name]
@@ -158,3 +158,19 @@ def test_score_texts_and_conversations_read_what_transformers_reads(reward_check
     expected = hf_rule(hf, ids, "right")
     np.testing.assert_allclose(rm.score_conversations(chats), expected, atol=1e-4, rtol=0)
     np.testing.assert_allclose(rm.score_texts(texts), expected, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("pooling", ["hf", "last_attended"])
+@pytest.mark.parametrize("name", NAMES)
+def test_responses_sharing_a_prompt_match_transformers(reward_checkpoints, name, pooling):
+    """The rows of a prompt run it once (``min_shared_prefix``): the scores are still the stacks' own."""
+    _, hf = reward_checkpoints[name]
+    rng = np.random.default_rng(4)
+    prompts = [rng.integers(0, EOS, n).tolist() for n in (40, 33)]
+    rows = [p + rng.integers(0, EOS, k).tolist() for p in prompts for k in (1, 9, 20)]
+    rows[1] += [EOS]  # a response that ends with the end-of-sequence token
+    rm = RewardModel.from_checkpoint(reward_checkpoints[name][0], pooling=pooling)
+    got = rm.score_ids(rows)
+    assert rm.stats.shared_tokens >= 2 * 32
+    reference = hf_rule if pooling == "hf" else last_attended_rule
+    np.testing.assert_allclose(got, reference(hf, rows, "right"), atol=1e-4, rtol=0)

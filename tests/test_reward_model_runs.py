@@ -4,6 +4,7 @@ report and refuse to deploy it, in both granularities and under ``-n 2``."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -169,3 +170,16 @@ def test_probed_like_any_reward(project, scores):
     assert outcomes.get("passed", 0) + outcomes.get("failed", 0) == 1 and "error" not in outcomes
     result.stdout.fnmatch_lines(["*tiny_sum_rm?probe:stuffing?*"])
     assert "INTERNALERROR" not in result.stdout.str()
+
+
+def test_a_non_finite_score_is_an_invalid_result_naming_it(tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    broken = tmp_path / "nan-rm"
+    shutil.copytree(locate_model(SHIPPED), broken)
+    tensors = load_file(str(broken / "model.safetensors"))
+    tensors["score.weight"] = np.full_like(tensors["score.weight"], np.nan)
+    save_file(tensors, str(broken / "model.safetensors"), metadata={"format": "pt"})
+    (result,) = reward_model(broken)(rollouts_messages=[msgs("1+2=", "3")])
+    assert not result.is_score_valid and result.score == 0.0
+    assert result.error == f"the reward model {broken} scored sample 0 of its chunk nan"

@@ -148,3 +148,13 @@ def test_a_function_built_at_run_time_is_located_in_the_module_that_assigns_it(p
     result = project.run("--collect-only", "-q", "metrics")
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines(["metrics/sums/data.jsonl::tiny_sum_rm?line-1?"])
+
+
+def test_selected_by_ini_reward_functions(project):
+    project.pytester.makeini("[pytest]\nreward_functions =\n    rewards.py::rm\n")
+    project.file("rewards.py", RM_ONLY + "    other = reward_model('tiny-sum-rm', name='other')\n")
+    project.jsonl("s.jsonl", [{"messages": msgs("1+2=", "3")}])
+    result = project.run("--reward-samples", "s.jsonl", "--collect-only", "-q")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["s.jsonl::tiny_sum_rm?line-1?"])
+    assert "other" not in result.stdout.str()

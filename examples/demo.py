@@ -31,6 +31,12 @@ PROJECTS: list[tuple[str, list[str], str]] = [
         "the shipped tiny JAX model: rollout, perplexity and comparison evaluations as tests, and prompt-only "
         "samples rolled out 4 times each and scored by reward functions",
     ),
+    (
+        "preference-suite",
+        [],
+        "the shipped tiny reward model (tiny-sum-rm) and a rule scored on the same preference pairs, with "
+        "pair_accuracy and subset_accuracy gates, and the reward model alone on correct answers",
+    ),
 ]
 
 

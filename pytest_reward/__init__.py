@@ -21,6 +21,7 @@ _LAZY = {
     "MetricRewardOutput": "reward.models",
     "reward_function": "reward.decorator",
     "is_reward_function": "reward.decorator",
+    "reward_model": "rewards.reward_model",
     "probe": "probes",
     "ProbeSample": "probes",
     "BaselineError": "errors",
@@ -73,6 +74,7 @@ __all__ = [
     "is_reward_function",
     "probe",
     "reward_function",
+    "reward_model",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -107,6 +109,7 @@ if TYPE_CHECKING:  # pragma: no cover
         StepOutput,
         ToolCall,
     )
+    from .rewards.reward_model import reward_model
 
 
 # --- moved modules ----------------------------------------------------------------------------------------------

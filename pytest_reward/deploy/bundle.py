@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 from ..atomic import atomic_open, atomic_write_text
 from ..errors import BundleError
 from ..project.loading import package_base, written_by_plugin
+from ..rewards.reward_model import model_of
 from ..trainers import TRAINERS
 from .runtime import BUNDLE_FORMAT, BUNDLE_VERSION, NAME_RE
 from .wheel import RuntimeWheel, describe, runtime_wheel
@@ -421,6 +422,11 @@ def _generated_files(
 def _collect_sources(spec: BundleSpec) -> tuple[dict[str, bytes], list[dict[str, Any]], list[str]]:
     """Files under ``src/`` (relative path -> bytes), manifest function entries, ``sys_path`` entries."""
     check_include(spec.include)
+    models = [(fn.name, source) for fn in spec.functions if (source := model_of(fn.obj)) is not None]
+    if models:
+        raise BundleError(
+            "; ".join(f"{name} cannot be deployed: {source.deploy_refusal}" for name, source in models)
+        )
     freezer = _Freezer(spec.rootdir, spec.owned)
     entries: list[dict[str, Any]] = []
     for fn in spec.functions:

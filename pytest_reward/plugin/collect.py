@@ -258,7 +258,9 @@ class SamplesFile(pytest.File):
             ledger = ledgers.get(fn.name)
             batch = (
                 BatchScheduler(
-                    invoker, [s for s in samples if s.pair is None and not s.prompt_only], settings.batch_size
+                    invoker,
+                    [s for s in samples if s.pair is None and not s.prompt_only],
+                    invoker.chunk(settings.batch_size),
                 )
                 if invoker.batch
                 else None

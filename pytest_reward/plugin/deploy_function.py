@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from ..errors import RewardDeployError
+from ..rewards.reward_model import model_of
 
 __all__ = ["RewardDeployError", "deploy_function"]
 
@@ -74,6 +75,9 @@ def deploy_function(
     ``name`` becomes the bundle's package name. ``description``, ``force`` and reward-kit's ``providers`` are
     accepted for compatibility (a bundle always replaces an older one with different content).
     """
+    source = model_of(fn)
+    if source is not None:
+        raise RewardDeployError(f"{fn.__name__} cannot be deployed: {source.deploy_refusal}")
     path, attr = _locate(fn)
     if isinstance(samples, (str, Path)):
         samples = [samples]

@@ -6,10 +6,12 @@ Sources, in this order:
    trainer's function), else ini ``reward_functions`` (one such entry per line, paths relative to the rootdir) —
    when given, only these functions are used (they select);
 2. modules matching ini ``reward_modules`` (default ``main.py reward_*.py *_reward.py rewards.py``) under the
-   scan roots, imported under a dotted name derived from their path relative to the rootdir, so two
-   ``main.py`` files never shadow each other;
-3. test modules (ini ``python_files``) under the scan roots that mention ``reward_function``, imported exactly as
-   pytest imports them (same module objects, assertion rewriting intact).
+   scan roots that use the API (their text mentions ``reward_function`` or ``pytest_reward``: a module that only
+   builds ``reward_model(...)`` or ``combine(...)`` functions counts), imported under a dotted name derived from
+   their path relative to the rootdir, so two ``main.py`` files never shadow each other; one that fails to import
+   is a collection error naming the error;
+3. test modules (ini ``python_files``) under the scan roots that use the API (the same test), imported exactly as
+   pytest imports them (same module objects, assertion rewriting intact; pytest reports their import errors).
 
 Scan roots are the directories (and ``.py`` files) among pytest's arguments plus the directories of the samples
 files named on the command line; the rootdir when there are none. A module contributes the reward functions it
@@ -28,6 +30,7 @@ import fnmatch
 import importlib
 import importlib.util
 import inspect
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +49,9 @@ if TYPE_CHECKING:
 __all__ = ["DiscoveryOptions", "discover"]
 
 
-_NEEDLE = b"reward_function"
+_NEEDLES = (b"reward_function", b"pytest_reward")
+"""A module is imported only when its text mentions one of these: a reward-kit ``@reward_function``, or this package
+(``from pytest_reward import reward_model``). Other ``main.py`` files under the roots are never executed."""
 
 
 def _matches(path: Path, patterns: Sequence[str]) -> bool:
@@ -54,11 +59,12 @@ def _matches(path: Path, patterns: Sequence[str]) -> bool:
     return any(fnmatch.fnmatch(name, pat) or fnmatch.fnmatch(str(path), pat) for pat in patterns)
 
 
-def _mentions_reward_function(path: Path) -> bool:
+def _uses_api(path: Path) -> bool:
     try:
-        return _NEEDLE in path.read_bytes()
+        text = path.read_bytes()
     except OSError:
         return False
+    return any(needle in text for needle in _NEEDLES)
 
 
 def _format_import_error(exc: BaseException) -> str:
@@ -67,7 +73,13 @@ def _format_import_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _source_location(obj: Any, module: ModuleType | None) -> tuple[Path, int]:
+_PACKAGE = Path(__file__).resolve().parents[1]
+
+
+def _source_location(obj: Any, module: ModuleType | None, attr: str = "") -> tuple[Path, int]:
+    """Where a reward function is defined. One the package built at run time (``reward_model(...)``,
+    ``combine(...)``: its code is ours) is located where the user's module assigns it, ``attr = ...`` (line 1 when
+    no such line is found): that is what reports point at and what its ``samples=`` are relative to."""
     inner = inspect.unwrap(getattr(obj, "__trainer_native__", obj))
     try:
         file = inspect.getsourcefile(inner) or inspect.getfile(inner)
@@ -75,7 +87,27 @@ def _source_location(obj: Any, module: ModuleType | None) -> tuple[Path, int]:
     except (TypeError, AttributeError):
         file = getattr(module, "__file__", None) or "<unknown>"
         lineno = 0
+    home = getattr(module, "__file__", None)
+    if (
+        home
+        and Path(file).resolve().is_relative_to(_PACKAGE)
+        and not Path(home).resolve().is_relative_to(_PACKAGE)
+    ):
+        return Path(home), _assignment_line(Path(home), attr)
     return Path(file), int(lineno)
+
+
+def _assignment_line(path: Path, attr: str) -> int:
+    """The first line of ``path`` that assigns ``attr`` at module level (1 when none does)."""
+    if attr:
+        pattern = re.compile(rf"^{re.escape(attr)}\s*(:[^=]*)?=[^=]")
+        try:
+            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                if pattern.match(line):
+                    return number
+        except (OSError, UnicodeDecodeError):
+            pass
+    return 1
 
 
 @dataclass
@@ -193,7 +225,7 @@ def _relative(path: Path, root: Path) -> str:
 def _make_entry(obj: Any, module: ModuleType | None, opts: DiscoveryOptions, attr: str = "") -> RewardFn:
     from ..reward.decorator import RewardSpec, get_spec
 
-    path, lineno = _source_location(obj, module)
+    path, lineno = _source_location(obj, module, attr)
     qualname = getattr(obj, "__qualname__", getattr(obj, "__name__", "reward"))
     error = None
     try:
@@ -313,7 +345,7 @@ def discover(opts: DiscoveryOptions, config: Any = None) -> Registry:
         is_reward_module = not is_test_module and _matches(path, opts.reward_modules)
         if is_test_module and not opts.test_modules:
             continue
-        if not (is_reward_module or is_test_module) or not _mentions_reward_function(path):
+        if not (is_reward_module or is_test_module) or not _uses_api(path):
             continue
         try:
             if is_test_module and config is not None:
@@ -327,7 +359,9 @@ def discover(opts: DiscoveryOptions, config: Any = None) -> Registry:
                 continue  # pytest reports it when it collects the module
             registry.import_errors.append((path, _format_import_error(exc)))
             continue
-        for attr, obj in sorted(functions_in(module), key=lambda kv: _source_location(kv[1], module)[1]):
+        for attr, obj in sorted(
+            functions_in(module), key=lambda kv: _source_location(kv[1], module, kv[0])[1]
+        ):
             add(obj, module, attr)
     _disambiguate(registry.functions, opts.rootdir)
     return registry

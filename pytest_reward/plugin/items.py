@@ -429,7 +429,7 @@ class _FileRun:
         segment = self.SEGMENT
         batch = None
         if self.invoker.batch:  # whole batches of a batch-mode function
-            batch = max(1, settings.batch_size)
+            batch = self.invoker.chunk(settings.batch_size)
             segment = batch * max(1, segment // batch)
         return self.rs.executor.stream(
             self.invoker,

@@ -234,7 +234,7 @@ class ProbeTarget:
     def score(self, samples: list[Sample]) -> Iterator[Any]:
         """Outcomes of ``samples``, in order, scored as the function's items score theirs (the session's executor;
         ``ShipError`` when its workers cannot load the function)."""
-        batch = max(1, self.settings.batch_size) if self.invoker.batch else None
+        batch = self.invoker.chunk(self.settings.batch_size) if self.invoker.batch else None
         return self.rs.executor.stream(
             self.invoker,
             samples,

@@ -13,6 +13,7 @@ import pytest
 
 from ..atomic import TEXT_ERRORS
 from ..data.formats import DatasetError, directory_files, is_samples_file
+from ..rewards.reward_model import locate_model, shipped_models
 from .options import Settings
 
 if TYPE_CHECKING:
@@ -214,11 +215,11 @@ class RewardSession:
         settings = self.settings
         if not settings.model:
             pytest.fail(MODEL_MISSING, pytrace=False)
-        located = _locate_model(settings.model)
+        located = locate_model(settings.model)
         if located is None:  # checked before importing jax: a typo should not cost a jax import
             pytest.fail(
                 f"--reward-model {settings.model}: not a model directory (no config.json) and not a shipped example "
-                f"model (available: {', '.join(_shipped_models()) or 'none'})",
+                f"model (available: {', '.join(shipped_models()) or 'none'})",
                 pytrace=False,
             )
         try:
@@ -387,24 +388,6 @@ class _RayXdistHooks:
             self.rs._executor = executor  # closed with the session
             self.address = executor.cluster_address
         node.workerinput["reward_ray_address"] = self.address
-
-
-_SHIPPED_MODELS = Path(__file__).resolve().parents[1] / "jax" / "models"
-
-
-def _shipped_models() -> list[str]:
-    if not _SHIPPED_MODELS.is_dir():
-        return []
-    return sorted(p.name for p in _SHIPPED_MODELS.iterdir() if (p / "config.json").is_file())
-
-
-def _locate_model(name: str) -> Path | None:
-    """A model directory by path or shipped name, found without importing jax."""
-    path = Path(name).expanduser()
-    if (path / "config.json").is_file():
-        return path.resolve()
-    candidate = _SHIPPED_MODELS / name
-    return candidate if (candidate / "config.json").is_file() else None
 
 
 MODEL_MISSING = (

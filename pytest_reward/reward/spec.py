@@ -31,6 +31,9 @@ class RewardSpec:
     module: str | None = None
     code: tuple[str, int] | None = None
     """(file, first line) of the function, where its warnings point."""
+    batch_size: int | None = None
+    """The samples a batch-mode function is called with at once (a reward model's chunk; None: the session's
+    ``--reward-batch-size``)."""
     legacy_warned: bool = field(default=False, compare=False)
 
     def accepts(self, name: str) -> bool:

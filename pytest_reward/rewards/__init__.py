@@ -38,6 +38,7 @@ _LAZY: dict[str, str] = {
     "deepcoder_code_reward": "code_execution",
     "evaluate_apps_solution": "code_execution",
     "combine": "compose",
+    "reward_model": "reward_model",
     "composite_reward": "compose",
     "run_code": "sandbox",
     "Limits": "sandbox",
@@ -45,7 +46,7 @@ _LAZY: dict[str, str] = {
 }
 
 BUILTIN_REWARDS: tuple[str, ...] = tuple(
-    name for name, module in _LAZY.items() if module not in ("compose", "sandbox")
+    name for name, module in _LAZY.items() if module not in ("compose", "sandbox", "reward_model")
 )
 """The names of the reward-kit built-ins provided here (25, three of them deprecated aliases of
 ``exact_tool_match_reward``, as in reward-kit)."""
@@ -78,6 +79,7 @@ __all__ = [
     "multiple_choice_math_reward",
     "reasoning_steps_reward",
     "repetition_penalty_reward",
+    "reward_model",
     "run_code",
     "schema_jaccard_reward",
     "sequence_reward",
@@ -101,6 +103,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .math_answers import list_comparison_math_reward, math_reward, multiple_choice_math_reward
     from .reasoning import reasoning_steps_reward, sequence_reward
     from .repetition import diversity_reward, repetition_penalty_reward
+    from .reward_model import reward_model
     from .sandbox import ExecutionResult, Limits, run_code
     from .tags import tag_count_reward
     from .tool_calls import (

@@ -141,6 +141,11 @@ class Invoker:
         self.checked = checked_rule(fn.gates)
         """Its score, whether it is a pass, and the reason (:func:`pytest_reward.judge.verdict.checked_rule`)."""
 
+    def chunk(self, session_size: int) -> int:
+        """The samples a batch-mode function is called with at once: its own size when it declares one (a reward
+        model's ``batch_size``), else the session's ``--reward-batch-size``."""
+        return max(1, self.fn.spec.batch_size or session_size)
+
     # -- building calls ------------------------------------------------------------------------------------
 
     @classmethod

@@ -92,7 +92,7 @@ def test_accuracy_per_subset_in_every_granularity(project, args):
     assert p["ci"]["method"] == "Wilson score"
     assert group["verdict"] == "PASS"
     if "sample" in args:  # the wrong pair is left to the gate, as a threshold miss is to pass_rate
-        result.stdout.fnmatch_lines(["*4 passed, 1 wrong pair*"])
+        result.stdout.fnmatch_lines(["*4 passed, 1 ranked wrong*"])
 
 
 @pytest.mark.parametrize("args", GRANULARITIES)
@@ -197,7 +197,7 @@ def test_ties_are_wrong_and_a_best_of_n_tie_at_the_top_earns_1_over_k(project, g
         1 / 3
     )
     if granularity == "sample":
-        result.stdout.fnmatch_lines(["*4 wrong pair*"])
+        result.stdout.fnmatch_lines(["*4 ranked wrong*"])
 
 
 BAD = [

@@ -113,7 +113,7 @@ def below_status(report: pytest.TestReport) -> tuple[str, str, str] | None:
     if report.when == "call" and report.passed and data and data.get("verdict") == BELOW:
         outcomes = data.get("outcomes") or ()
         if outcomes and "pair" in outcomes[0][_EXTRA]:
-            return "wrong pair", "w", "WRONG PAIR"
+            return "ranked wrong", "w", "RANKED WRONG"
         return "below threshold", "b", "BELOW THRESHOLD"
     return None
 

@@ -151,6 +151,31 @@ def test_deploy_is_refused_with_the_reason(project, scores):
     assert not (project.path / "out").exists()
 
 
+def test_the_refusal_names_the_selection_that_deploys_the_other_functions(project, scores):
+    """The refusal's suggestion is one the tool accepts: the other functions, as --reward-fn selectors, deploy."""
+    _project(project, threshold=min(scores) - 1.0)
+    project.file(
+        "metrics/sums/main.py",
+        """
+        from pytest_reward import EvaluateResult, reward_function
+
+        @reward_function
+        def any_answer(messages, **kwargs):
+            return EvaluateResult(score=1.0, reason="answered")
+        """,
+    )
+    result = project.run("--reward-samples", "s.jsonl", "--reward-deploy=dir:out")
+    assert result.ret != 0
+    suggestion = "deploy the other reward functions by selecting them: --reward-fn metrics/sums/main.py::any_answer"
+    result.stdout.fnmatch_lines([f"*tiny_sum_rm cannot be deployed*; {suggestion}"])
+    assert not (project.path / "out").exists()
+    result = project.run(
+        "--reward-samples", "s.jsonl", "--reward-deploy=dir:out", "--reward-fn", "metrics/sums/main.py::any_answer"
+    )
+    assert result.ret == 0, result.stdout.str()
+    assert (project.path / "out").is_dir()
+
+
 def test_probed_like_any_reward(project, scores):
     """A reward model meets the reward-hacking probes: the mutated responses are scored in chunks, and the probe's
     verdict names what the model paid for (here: several candidate answers listed as one)."""

@@ -419,14 +419,29 @@ def _generated_files(
 # --- building --------------------------------------------------------------------------------------------------
 
 
+def _selector(fn: RewardFn, rootdir: Path) -> str:
+    """``--reward-fn``'s spelling of a function: ``path.py::attr`` relative to the rootdir, else ``module:attr``."""
+    attr = fn.attr or fn.qualname
+    if fn.module_file is not None:
+        try:
+            return f"{Path(os.path.relpath(fn.module_file, rootdir)).as_posix()}::{attr}"
+        except ValueError:  # another drive (Windows)
+            pass
+    return f"{fn.module}:{attr}"
+
+
 def _collect_sources(spec: BundleSpec) -> tuple[dict[str, bytes], list[dict[str, Any]], list[str]]:
     """Files under ``src/`` (relative path -> bytes), manifest function entries, ``sys_path`` entries."""
     check_include(spec.include)
     models = [(fn.name, source) for fn in spec.functions if (source := model_of(fn.obj)) is not None]
     if models:
-        raise BundleError(
-            "; ".join(f"{name} cannot be deployed: {source.deploy_refusal}" for name, source in models)
-        )
+        refusal = "; ".join(f"{name} cannot be deployed: {source.deploy_refusal}" for name, source in models)
+        others = [_selector(fn, spec.rootdir) for fn in spec.functions if model_of(fn.obj) is None]
+        if others:
+            refusal += "; deploy the other reward functions by selecting them: " + " ".join(
+                f"--reward-fn {selector}" for selector in others
+            )
+        raise BundleError(refusal)
     freezer = _Freezer(spec.rootdir, spec.owned)
     entries: list[dict[str, Any]] = []
     for fn in spec.functions:

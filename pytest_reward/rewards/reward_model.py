@@ -84,8 +84,7 @@ class ModelReward:
         """Why a deploy of this function is refused: a bundle ships code, not weights."""
         return (
             f"it scores with the learned reward model {self.model}, and a deploy bundle ships reward functions' "
-            "code, not model weights: serve the model with your trainer's own reward-model support, and deploy "
-            "the other reward functions by selecting them with --reward-fn path.py::name"
+            "code, not model weights: serve the model with your trainer's own reward-model support"
         )
 
     def load(self) -> Any:

@@ -83,7 +83,7 @@ from .compilation import enable_compilation_cache, install_compile_counter
 from .config import ModelConfig
 from .hosts import Hosts, HostsError
 from .hosts import current as current_hosts
-from .tokenizer import ByteTokenizer, Tokenizer, load_tokenizer
+from .tokenizer import ByteTokenizer, Tokenizer, load_tokenizer, resolve_start_token
 
 FinishReason = Literal["eot", "stop", "length"]
 Batching = Literal["refill", "static"]
@@ -249,25 +249,9 @@ class InferenceJob:
         self.stop_token_ids: tuple[int, ...] = tuple(
             sorted({int(t) for t in eos if 0 <= int(t) < config.vocab_size})
         )
-        self.start_token: int | None = self._start_token(start_token)
+        self.start_token: int | None = resolve_start_token(self.tokenizer, self.config.vocab_size, start_token)
         #: the processes of a ``jax.distributed`` run sharing this job's calls (``None``: this process alone)
         self.hosts: Hosts | None = current_hosts()
-
-    def _start_token(self, value: int | str | None) -> int | None:
-        if value == "auto":
-            value = getattr(self.tokenizer, "start_token", None)
-        elif isinstance(value, str):
-            ids = self.tokenizer.encode(value, allowed_special="all")
-            if len(ids) != 1:
-                raise ValueError(
-                    f"start_token={value!r} is not one token of the tokenizer (it encodes to {ids})"
-                )
-            value = ids[0]
-        if value is None:
-            return None
-        if isinstance(value, bool) or not 0 <= int(value) < self.config.vocab_size:
-            raise ValueError(f"start_token={value!r} is not an id of the model's vocabulary")
-        return int(value)
 
     def with_start_token(self, ids: Sequence[int]) -> list[int]:
         """``ids`` as the job reads them: the start token in front, unless the job has none or ``ids`` already

@@ -76,7 +76,7 @@ from . import model
 from .checkpoint import CONFIG_FILE, RewardHeadError, load_checkpoint
 from .compilation import install_compile_counter
 from .config import ModelConfig
-from .tokenizer import ByteTokenizer, Tokenizer, load_tokenizer
+from .tokenizer import ByteTokenizer, Tokenizer, load_tokenizer, resolve_start_token
 
 Pooling = Literal["hf", "last_attended"]
 Truncation = Literal["left", "error"]
@@ -262,7 +262,7 @@ class RewardModel:
         cast = jax.tree_util.tree_map(lambda a: np.asarray(a, dtype=self.dtype), trunk)
         self.params: model.Params = jax.device_put(cast, self.device)
         self.head: model.Params = jax.device_put(head, self.device)
-        self.start_token: int | None = self._start_token(start_token)
+        self.start_token: int | None = resolve_start_token(self.tokenizer, self.config.vocab_size, start_token)
         self.stats = RewardStats()
         self._executables: dict[tuple[int, int], Any] = {}
 
@@ -299,22 +299,6 @@ class RewardModel:
             source=str(path),
             **kwargs,
         )
-
-    def _start_token(self, value: int | str | None) -> int | None:
-        if value == "auto":
-            value = getattr(self.tokenizer, "start_token", None)
-        elif isinstance(value, str):
-            ids = self.tokenizer.encode(value, allowed_special="all")
-            if len(ids) != 1:
-                raise ValueError(
-                    f"start_token={value!r} is not one token of the tokenizer (it encodes to {ids})"
-                )
-            value = ids[0]
-        if value is None:
-            return None
-        if isinstance(value, bool) or not 0 <= int(value) < self.config.vocab_size:
-            raise ValueError(f"start_token={value!r} is not an id of the model's vocabulary")
-        return int(value)
 
     def reset_stats(self) -> None:
         """Zero the counters (compiled executables stay cached)."""

@@ -59,6 +59,23 @@ class Tokenizer(Protocol):
     def apply_chat_template(self, messages: Sequence[Any], add_generation_prompt: bool = True) -> str: ...
 
 
+def resolve_start_token(tokenizer: Tokenizer, vocab_size: int, value: int | str | None) -> int | None:
+    """A model's start token from a setting: ``"auto"`` (the tokenizer's declared one, if any), a token's text
+    (which must encode to one token), an id, or ``None`` (texts read bare). A ``ValueError`` names a bad value."""
+    if value == "auto":
+        value = getattr(tokenizer, "start_token", None)
+    elif isinstance(value, str):
+        ids = tokenizer.encode(value, allowed_special="all")
+        if len(ids) != 1:
+            raise ValueError(f"start_token={value!r} is not one token of the tokenizer (it encodes to {ids})")
+        value = ids[0]
+    if value is None:
+        return None
+    if isinstance(value, bool) or not 0 <= int(value) < vocab_size:
+        raise ValueError(f"start_token={value!r} is not an id of the model's vocabulary")
+    return int(value)
+
+
 def _role_content(message: Any) -> tuple[str, str]:
     if isinstance(message, Mapping):
         return str(message["role"]), str(message.get("content") or "")

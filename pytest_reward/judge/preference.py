@@ -89,6 +89,16 @@ class PairStats:
             counts.add(credit, tied, errored)
         self.best_of_n += len(pair["scores"]) > 2
 
+    def add_right(self, subset: str | None, best_of_n: bool) -> None:
+        """:meth:`add` of a right pair (credit 1, no tie, no error) without its ``extra["pair"]``."""
+        self.total.add(1.0, False, False)
+        if subset is not None:
+            counts = self.subsets.get(subset)
+            if counts is None:
+                counts = self.subsets[subset] = _Counts()
+            counts.add(1.0, False, False)
+        self.best_of_n += best_of_n
+
     @property
     def n(self) -> int:
         return self.total.n

@@ -50,6 +50,12 @@ class _Counts:
         self.n_tied += tied
         self.n_errors += errored
 
+    def add_right(self) -> None:
+        """:meth:`add` of a right pair: credit 1, no tie, no error."""
+        self.n += 1
+        self.credit += 1.0
+        self.n_correct += 1
+
     def to_dict(self, confidence: float | None) -> dict[str, Any]:
         from .stats import wilson_interval
 
@@ -91,12 +97,12 @@ class PairStats:
 
     def add_right(self, subset: str | None, best_of_n: bool) -> None:
         """:meth:`add` of a right pair (credit 1, no tie, no error) without its ``extra["pair"]``."""
-        self.total.add(1.0, False, False)
+        self.total.add_right()
         if subset is not None:
             counts = self.subsets.get(subset)
             if counts is None:
                 counts = self.subsets[subset] = _Counts()
-            counts.add(1.0, False, False)
+            counts.add_right()
         self.best_of_n += best_of_n
 
     @property

@@ -491,10 +491,15 @@ class GroupAccumulator:
         """:meth:`add` of a right preference pair's outcome (every response scored, the chosen one strictly above
         every rejected one: a pass whose score is the ``margin``), without the outcome: ``subset`` the pair's,
         ``responses`` how many were scored."""
-        self.add_pass(margin)
-        if self.pairs is None:
-            self.pairs = PairStats()
-        self.pairs.add_right(subset, responses > 2)
+        self.n += 1
+        self.n_pass += 1
+        self.scores.append(margin)
+        for name in self._gated_metrics:
+            self.metric_errors[name] = self.metric_errors.get(name, 0) + 1
+        pairs = self.pairs
+        if pairs is None:
+            pairs = self.pairs = PairStats()
+        pairs.add_right(subset, responses > 2)
 
     def extend(self, outcomes: Iterable[SampleOutcome]) -> None:
         for outcome in outcomes:

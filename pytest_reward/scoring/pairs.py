@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ..data.samples import Sample
 from ..judge.preference import pair_verdict
 from ..judge.results import BELOW, FAIL, PASS, SampleOutcome
+from ..judge.verdict import checked_rule
 from ..reward.call import MISSING, describe_exception
 
 if TYPE_CHECKING:
@@ -118,19 +119,11 @@ def pair_scorer(invoker: Invoker) -> Callable[[Sample], PairScored] | None:
     Each response gets what its sample would get from :meth:`Invoker.sample_scorer`: the function's call
     (:meth:`pytest_reward.reward.call.Reward.fast`) on a private copy of the context and the response, compared with
     them after the call (a reward that changes its input fails the response, naming it), the ground truth and the
-    fields copied and checked as for a sample; the verdict (:attr:`Invoker.checked`), and for a response without a
-    valid score the first failure :attr:`Invoker.verdict` words (what its outcome's error would be)."""
+    fields copied and checked as for a sample; the verdict (:func:`pytest_reward.judge.verdict.checked_rule`), with,
+    for a response without a valid score, the first failure the verdict words (what its outcome's error would be)."""
     if invoker.runs != 1 or invoker.timeout is not None or invoker.fn.gates.metrics or invoker.batch:
         return None
-    checked, rule = invoker.checked, invoker.verdict
-
-    def judged(result: Any) -> Checked:
-        verdict = checked(result)
-        if verdict[0] is None:  # no valid score: why, in the words a response's outcome would have
-            failures = rule(result)[3]
-            return None, False, verdict[2], failures[0] if failures else None
-        return verdict  # type: ignore[no-any-return]
-
+    judged = checked_rule(invoker.fn.gates, words=True)
     fast = invoker.reward.fast(numbers=True, then=judged, failed=_failed)
     clock = time.perf_counter
 

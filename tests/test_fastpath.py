@@ -5,6 +5,7 @@ ledgers that hand the functions' own scores to their probes keep their contract.
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from pathlib import Path
 
@@ -182,6 +183,26 @@ def test_then_and_failed_apply_to_what_the_call_gives(name, action, truth, field
     assert mapped(given_messages(), truth, fields, owned) == plain
 
 
+def test_a_users_wrapper_around_a_reward_function_is_what_the_fast_path_calls():
+    """The fast path calls our decorator's function itself (one frame less), never through a copy of that shortcut
+    that ``functools.wraps`` leaves on a user's own wrapper: the user's wrapper runs on every call."""
+    calls = []
+
+    @reward_function
+    def inner(messages, **kwargs):
+        return {"score": 0.5}
+
+    @functools.wraps(inner)
+    def logged(*args, **kwargs):
+        calls.append(kwargs["messages"][-1]["content"])
+        return EvaluateResult(score=0.25)
+
+    assert Reward(inner).fast()(msgs("q?", "a"), MISSING).score == 0.5  # a dict coerced, as the wrapper does
+    assert Reward(logged).fast()(msgs("q?", "b"), MISSING).score == 0.25
+    assert Reward(logged).fast()(msgs("q?", "c"), MISSING, None, False).score == 0.25
+    assert calls == ["b", "c"]
+
+
 def test_the_usual_call_is_made_with_keywords_alone():
     """No ground truth (MISSING or None) is not passed; a scalar one is; the call gets the messages it is handed."""
     seen = []
@@ -303,6 +324,9 @@ def test_the_compiled_verdict_is_judges(result, gates):
     expected = judge(result, gates, None)
     assert _same(verdict_rule(gates)(result), expected)
     assert _same(checked_rule(gates)(result), (expected[1], expected[0] == PASS, result.reason, None))
+    # with words: a result without a valid score says why, as its outcome's first failure (a pair's response)
+    words = expected[3][0] if expected[1] is None and expected[3] else None
+    assert _same(checked_rule(gates, words=True)(result), (expected[1], expected[0] == PASS, result.reason, words))
 
 
 @settings(max_examples=200, deadline=None)

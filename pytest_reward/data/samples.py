@@ -540,9 +540,14 @@ def _pair_sample(record: dict[str, Any], path: Path, line: int) -> Sample:
     pair = parse_pair(record)
     sample_id = _sample_id(record) if "id" in record else None
     ground_truth = _ground_truth(record)
-    kwargs = {k: v for k, v in record.items() if k not in PAIR_RESERVED}
+    # the usual row has no other field (a set comparison instead of a loop over the row)
+    kwargs = {} if record.keys() <= PAIR_RESERVED else {k: v for k, v in record.items() if k not in PAIR_RESERVED}
     messages = [*pair.context, *pair.chosen]
-    return Sample(path, line, sample_id, messages, None, ground_truth, None, kwargs, record, pair=pair)
+    # positional: path, line, id, messages, prompt, ground_truth, expect, kwargs, record, _key, _response, recorded,
+    # unit, pair
+    return Sample(
+        path, line, sample_id, messages, None, ground_truth, None, kwargs, record, None, _MISSING, None, "line", pair
+    )
 
 
 def _verl_dump_row(record: dict[str, Any], path: Path, line: int) -> Sample:

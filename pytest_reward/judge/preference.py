@@ -50,6 +50,12 @@ class _Counts:
         self.n_tied += tied
         self.n_errors += errored
 
+    def add_right(self) -> None:
+        """:meth:`add` of a right pair: credit 1, no tie, no error."""
+        self.n += 1
+        self.credit += 1.0
+        self.n_correct += 1
+
     def to_dict(self, confidence: float | None) -> dict[str, Any]:
         from .stats import wilson_interval
 
@@ -88,6 +94,16 @@ class PairStats:
                 counts = self.subsets[subset] = _Counts()
             counts.add(credit, tied, errored)
         self.best_of_n += len(pair["scores"]) > 2
+
+    def add_right(self, subset: str | None, best_of_n: bool) -> None:
+        """:meth:`add` of a right pair (credit 1, no tie, no error) without its ``extra["pair"]``."""
+        self.total.add_right()
+        if subset is not None:
+            counts = self.subsets.get(subset)
+            if counts is None:
+                counts = self.subsets[subset] = _Counts()
+            counts.add_right()
+        self.best_of_n += best_of_n
 
     @property
     def n(self) -> int:

@@ -487,6 +487,20 @@ class GroupAccumulator:
         for name in self._gated_metrics:
             self.metric_errors[name] = self.metric_errors.get(name, 0) + 1
 
+    def add_right_pair(self, margin: float, subset: str | None, responses: int) -> None:
+        """:meth:`add` of a right preference pair's outcome (every response scored, the chosen one strictly above
+        every rejected one: a pass whose score is the ``margin``), without the outcome: ``subset`` the pair's,
+        ``responses`` how many were scored."""
+        self.n += 1
+        self.n_pass += 1
+        self.scores.append(margin)
+        for name in self._gated_metrics:
+            self.metric_errors[name] = self.metric_errors.get(name, 0) + 1
+        pairs = self.pairs
+        if pairs is None:
+            pairs = self.pairs = PairStats()
+        pairs.add_right(subset, responses > 2)
+
     def extend(self, outcomes: Iterable[SampleOutcome]) -> None:
         for outcome in outcomes:
             self.add(outcome)

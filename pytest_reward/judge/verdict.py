@@ -61,16 +61,19 @@ def verdict_rule(gates: Gates) -> Callable[[Any], Judged]:
     return rule
 
 
-def checked_rule(gates: Gates) -> Callable[[Any], Checked]:
+def checked_rule(gates: Gates, *, words: bool = False) -> Callable[[Any], Checked]:
     """``rule(result) -> (score, passed, reason, None)``: the score :func:`verdict_rule` gives (None: no valid
     score), whether its verdict is a pass, and the result's reason, without the words of a failure (what the probes
-    read of a mutated response; the last item is the error of a call that gave no result, here none)."""
+    read of a mutated response; the last item is the error of a call that gave no result, here none). ``words``:
+    a result without a valid score has the first failure ``judge`` words for it as its last item (what its
+    sample's outcome would say: a preference pair's response, :func:`pytest_reward.scoring.pairs.pair_scorer`)."""
     if gates.metrics:
         full = verdict_rule(gates)
 
         def general(result: Any) -> Checked:
-            verdict, score, *_ = full(result)
-            return score, verdict == PASS, None if result.__class__ is float else result.reason, None
+            verdict, score, _, failures, _ = full(result)
+            error = failures[0] if words and score is None and failures else None
+            return score, verdict == PASS, None if result.__class__ is float else result.reason, error
 
         return general
     threshold = gates.threshold
@@ -88,6 +91,9 @@ def checked_rule(gates: Gates) -> Callable[[Any], Checked]:
         score = float(values["score"])
         if isfinite(score) and values["is_score_valid"] and not values["error"]:
             return score, threshold is None or score >= threshold, values["reason"], None
+        if words:
+            failures = judge(result, gates, None)[3]
+            return None, False, values["reason"], failures[0] if failures else None
         return None, False, values["reason"], None
 
     return rule

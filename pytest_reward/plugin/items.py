@@ -28,7 +28,14 @@ from ..probes.ledger import FileScores, SampleScores
 from ..reward.call import describe_exception
 from ..scoring.executors import RewardExecutorWarning, ShipError
 from ..scoring.invoker import Invoker, Passed, error_outcome
-from ..scoring.pairs import PairFolder, pair_outcome, response_names, response_samples
+from ..scoring.pairs import (
+    PairFolder,
+    PairScored,
+    pair_outcome,
+    response_names,
+    response_samples,
+    right_margin,
+)
 from .failure import RewardFailure, RewardRepr, describe_outcome, user_frames
 from .pytest_private import TerminalRepr, structured_node_id
 from .session import REWARD_DATA, RewardSession, session_key
@@ -266,7 +273,10 @@ class PairItem(_OneSample, _RewardItem):
         outcome = pair_outcome(
             invoker,
             sample,
-            [(o.score, o.reason, o.error or (o.failures[0] if o.failures else None)) for o in scored],
+            [
+                (o.score, o.verdict == PASS, o.reason, o.error or (o.failures[0] if o.failures else None))
+                for o in scored
+            ],
             time.perf_counter() - start,
         )
         self._record(outcome, probed=(scored[0].score, scored[0].verdict == PASS))
@@ -314,7 +324,9 @@ def pair_panel(outcome: SampleOutcome, sample: Sample, fn: RewardFn, width: int)
         lines.append("  context    ∅ (the pair has no prompt)")
     names = response_names(sample)
     name_w = max(10, *(len(n) for n in names))
-    for name, response, score, reason in zip(names, pair.responses, info["scores"], info["reasons"], strict=True):
+    for name, response, score, reason in zip(
+        names, pair.responses, info["scores"], info["reasons"], strict=True
+    ):
         shown = "error" if score is None else f"{score:.4g}"
         lines.append(f"  {name:<{name_w}} score {shown:<8} {_turns(response, width)}")
         if reason:
@@ -421,10 +433,13 @@ class _FileRun:
         """How this item's function has prompt-only samples rolled out; None: it has no model to do it."""
         return None
 
-    def _outcomes(self, notes: list[str], passes: bool = False) -> Iterator[SampleOutcome | Passed]:
+    def _outcomes(
+        self, notes: list[str], passes: bool = False
+    ) -> Iterator[SampleOutcome | Passed | PairScored]:
         """The file's outcomes in file order, scored by the session's executor (``--reward-executor``); with
         ``passes``, a sample that passed without metrics may come as a :data:`~pytest_reward.scoring.invoker.Passed`
-        tuple instead (``Executor.stream``)."""
+        tuple instead; a preference pair as the outcomes of its responses or as one
+        :data:`~pytest_reward.scoring.pairs.PairScored` tuple (``Executor.stream``)."""
         settings = self.rs.settings
         segment = self.SEGMENT
         batch = None
@@ -467,9 +482,10 @@ class _FileRun:
             warn_truth_lookalike(first, self.fn, self.path)
             records = itertools.chain((first,), records)
         for record in records:
-            if record.__class__ is Sample and record.id is None and record.pair is None:
+            if record.__class__ is Sample and record.id is None:
                 messages = record.messages
-                if messages and messages[-1].get("role") != "user":  # the usual sample: answered, no id to check
+                # the usual sample (answered, no id to check), or a pair without an id (its chosen response answers)
+                if record.pair is not None or (messages and messages[-1].get("role") != "user"):
                     if own is not None:
                         own.note(record, scored=True)
                     yield record
@@ -496,9 +512,6 @@ class _FileRun:
                 own.note(record, scored=problem is None)
             if problem is not None:
                 yield error_outcome(fn_name, label, record, problem)
-                continue
-            if record.pair is not None:  # every response, in order: the stream's outcomes are folded back
-                yield from response_samples(record)
                 continue
             yield record
         if prompts:
@@ -552,17 +565,31 @@ class _FileRun:
         add_pass, passed_outcome, previews = acc.add_pass, invoker.passed_outcome, reservoir.size > 0
         own = self.ledger if self.ledger is not None and self.ledger.start() else None
         self._recording = own
-        # A preference pair's responses come back one by one: folded into the pair's outcome (the probes' ledger
-        # keeps the chosen response's score, the one they mutate).
+        # A preference pair comes scored whole (a PairScored tuple: a right pair is folded as a passing sample is,
+        # its outcome made only if kept), or its responses one by one, folded into the pair's outcome. The probes'
+        # ledger keeps the chosen response's score, the one they mutate.
         folder = PairFolder(invoker, (lambda s, score, ok: own.record(s.line, score, ok)) if own else None)
-        fold = folder.add
+        fold, add_pair = folder.add, acc.add_right_pair
         try:
             for outcome in self._outcomes(notes, passes):
                 if outcome.__class__ is tuple:
-                    if outcome[0].pair is not None:
-                        outcome = fold(outcome)
-                        if outcome is None:
-                            continue
+                    first = outcome[0]
+                    if first.pair is None:  # a Passed sample
+                        score = outcome[1]
+                        if own is not None:
+                            own.record(first.line, score, True)
+                        add_pass(score)
+                        make, args = passed_outcome, outcome
+                    else:  # a PairScored pair
+                        scored = outcome[1]
+                        if own is not None:
+                            own.record(first.line, scored[0][0], scored[0][1])
+                        score = right_margin(scored) if passes else None
+                        if score is None:
+                            outcome = pair_outcome(invoker, first, scored, outcome[2])
+                        else:
+                            add_pair(score, first.pair.subset, len(scored))
+                            make, args = pair_outcome, (invoker, *outcome)
                 else:
                     held = outcome.sample
                     if held is not None and held.pair is not None:
@@ -570,18 +597,14 @@ class _FileRun:
                         if outcome is None:
                             continue
                 if outcome.__class__ is tuple:
-                    score = outcome[1]
-                    if own is not None:
-                        own.record(outcome[0].line, score, True)
-                    add_pass(score)
                     kept = None
                     if previews:
                         at = reservoir.place()
                         if at is not None:
-                            kept = _kept(passed_outcome(*outcome))
+                            kept = _kept(make(*args))
                             reservoir.put(at, kept)
                     if score < bar:
-                        lowest.append(kept if kept is not None else _kept(passed_outcome(*outcome)))
+                        lowest.append(kept if kept is not None else _kept(make(*args)))
                         if len(lowest) > 4 * worst:
                             lowest.sort(key=_by_score)
                             del lowest[worst:]
@@ -664,7 +687,9 @@ class _FileRun:
             if n_failing > len(failing):
                 lines.append(f"  … and {n_failing - len(failing)} more")
             what = "samples" if summary.preference is None else "pairs"
-            raise RewardFailure(f"{n_failing} of {summary.n} {what} failed ({self.fn.name} on {label})", lines)
+            raise RewardFailure(
+                f"{n_failing} of {summary.n} {what} failed ({self.fn.name} on {label})", lines
+            )
 
     def repr_failure(
         self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None
@@ -701,7 +726,9 @@ class RecordColumns:
         c["line"].append(outcome.line)
         c["response"].append(outcome.response_hash)
         pair = outcome.extra.get("pair") if outcome.extra else None
-        if pair is not None or "credit" in c:  # a preference file: each pair's credit and subset (compare flips)
+        if (
+            pair is not None or "credit" in c
+        ):  # a preference file: each pair's credit and subset (compare flips)
             if "credit" not in c:
                 c["credit"], c["subset"] = [None] * (len(c["key"]) - 1), [None] * (len(c["key"]) - 1)
             c["credit"].append(pair["credit"] if pair is not None else None)

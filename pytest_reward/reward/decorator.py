@@ -398,6 +398,11 @@ def _wrap(func: Callable[..., Any], spec: RewardSpec) -> Callable[..., Any]:
             return coerce(spec, result)
 
     functools.update_wrapper(wrapper, func)
+    if not needs_input and not spec.is_async and spec.mode == "pointwise":
+        # What the wrapper does, for a caller making many calls (Reward.fast): call ``func``, coerce what is not an
+        # EvaluateResult. The wrapper itself is named, so that a copy of this attribute on another function (a
+        # user's functools.wraps around this wrapper) is never taken for it.
+        wrapper.__reward_direct__ = (wrapper, func, spec)  # type: ignore[attr-defined]
     wrapper.__reward_spec__ = spec  # type: ignore[attr-defined]
     wrapper._reward_function_id = spec.id  # type: ignore[attr-defined]
     wrapper._reward_function_requirements = list(spec.requirements)  # type: ignore[attr-defined]

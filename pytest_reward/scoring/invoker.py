@@ -411,7 +411,12 @@ class Invoker:
         score_one = self.score_one
         if self.runs != 1 or self.timeout is not None or self.fn.gates.metrics:
             return score_one
-        fast, rule, make, outcome = self.reward.fast(numbers=True), self.verdict, self.make_outcome, self.outcome
+        fast, rule, make, outcome = (
+            self.reward.fast(numbers=True),
+            self.verdict,
+            self.make_outcome,
+            self.outcome,
+        )
         replay, clock = self.replay_tolerance, time.perf_counter
 
         def one(sample: Sample) -> SampleOutcome | Passed:
@@ -430,13 +435,10 @@ class Invoker:
             duration = clock() - start
             judged = rule(result)
             if result.__class__ is float:
-                if (passes or sample.pair is not None) and judged[0] == PASS:
+                if passes and judged[0] == PASS:
                     return sample, result, None, duration
                 return make(sample, judged, True, None, None, duration)
             if passes and judged[0] == PASS and not judged[2]:
-                return sample, judged[1], result.reason, duration  # type: ignore[return-value]
-            if sample.pair is not None and judged[0] == PASS:
-                # a preference pair's response: its pair is what is kept and counted (scoring.pairs), not its metrics
                 return sample, judged[1], result.reason, duration  # type: ignore[return-value]
             return make(sample, judged, bool(result.is_score_valid), result.reason, None, duration)
 

@@ -37,12 +37,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...judge.results import SampleOutcome
+from ..pairs import expand_pairs, pair_scorer, response_samples
 from .worker import FunctionRef, ShipError, encode_samples
 
 if TYPE_CHECKING:
     from ...data.samples import Sample
     from ...project.functions import RewardFn
     from ..invoker import Invoker, Passed
+    from ..pairs import PairScored
 
 __all__ = [
     "EXECUTORS",
@@ -90,8 +92,11 @@ class Executor:
         rootdir: Path,
         notes: list[str],
         passes: bool = False,
-    ) -> Iterator[SampleOutcome | Passed]:
-        """Outcomes for ``entries``, in their order: each sample scored, each outcome passed through.
+    ) -> Iterator[SampleOutcome | Passed | PairScored]:
+        """Outcomes for ``entries``, in their order: each sample scored, each outcome passed through. A preference
+        pair's sample (``Sample.pair``) gives the outcome of each of its responses in turn (the item folds them:
+        :class:`~pytest_reward.scoring.pairs.PairFolder`), or, in the in-process loop, one
+        :data:`~pytest_reward.scoring.pairs.PairScored` tuple.
 
         ``segment``: samples with responses are scored in runs of at most this many (memory stays flat; for a
         batch-mode function, batches restart at each run, as in every executor). ``batch``: the batch size of a
@@ -123,17 +128,26 @@ class InProcess(Executor):
         rootdir: Path,
         notes: list[str],
         passes: bool = False,
-    ) -> Iterator[SampleOutcome | Passed]:
+    ) -> Iterator[SampleOutcome | Passed | PairScored]:
         if batch is None and self.workers <= 1:
             # One sample at a time, in this thread: nothing is held back (a segment of samples kept alive would
-            # only outlive the young garbage collections and make the full ones frequent).
-            score = invoker.sample_scorer(passes=passes)
+            # only outlive the young garbage collections and make the full ones frequent). A pair scored whole
+            # where its responses can be (pair_scorer), else response by response.
+            score, pairs = invoker.sample_scorer(passes=passes), pair_scorer(invoker)
             for entry in entries:
-                yield entry if entry.__class__ is SampleOutcome else score(entry)  # type: ignore[misc,arg-type]
+                if entry.__class__ is SampleOutcome:
+                    yield entry  # type: ignore[misc]
+                elif entry.pair is None:  # type: ignore[union-attr]
+                    yield score(entry)  # type: ignore[arg-type]
+                elif pairs is not None:
+                    yield pairs(entry)  # type: ignore[arg-type]
+                else:
+                    for response in response_samples(entry):  # type: ignore[arg-type]
+                        yield invoker.score_one(response)
             return
         run: list[Sample] = []
         chunk = batch or 32
-        for entry in entries:
+        for entry in expand_pairs(entries):
             if entry.__class__ is SampleOutcome:
                 if run:
                     yield from invoker.score_stream(run, workers=self.workers, chunk=chunk)
@@ -269,7 +283,7 @@ class RemoteExecutor(Executor):
         rootdir: Path,
         notes: list[str],
         passes: bool = False,
-    ) -> Iterator[SampleOutcome | Passed]:
+    ) -> Iterator[SampleOutcome | Passed | PairScored]:
         ref = FunctionRef.of(invoker, rootdir, batch_size=batch or 32, executor=self.name)
         self.start()
         capacity = max(1, self._capacity())
@@ -278,7 +292,9 @@ class RemoteExecutor(Executor):
         inflight: dict[int, tuple[_Slot, _Task]] = {}
         deaths = _Deaths()
         cost = _Cost(self._chunk_size(batch, None))  # of this function: each stream measures its own
-        it = iter(entries)
+        it = iter(
+            expand_pairs(entries)
+        )  # each response of a pair a sample of its own, folded back by the item
         run: list[Sample] = []
         run_total = 0  # samples since the run began (a batch-mode function's runs end at ``segment``)
         exhausted = False
@@ -393,4 +409,3 @@ class RemoteExecutor(Executor):
             f"the {self.name} worker scoring this sample died ({value}), on the first try and on the retry"
         )
         task.outcomes = [invoker.outcome(s, None, error=reason) for s in samples]
-

@@ -106,7 +106,7 @@ def test_a_reward_model_that_cannot_be_found_is_a_collection_error_naming_it(pro
     result.stderr.fnmatch_lines(
         [
             "*Could not import *rewards.py: ValueError: reward_model('tiny-sum'): not a model directory (no "
-            "config.json) and not a shipped example model (available: *tiny-sum-rm*)*"
+            "config.json) and not a shipped example model (available: tiny-sum-rm)*"
         ]
     )
 

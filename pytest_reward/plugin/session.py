@@ -219,7 +219,7 @@ class RewardSession:
         if located is None:  # checked before importing jax: a typo should not cost a jax import
             pytest.fail(
                 f"--reward-model {settings.model}: not a model directory (no config.json) and not a shipped example "
-                f"model (available: {', '.join(shipped_models()) or 'none'})",
+                f"model (available: {', '.join(shipped_models('lm')) or 'none'})",
                 pytrace=False,
             )
         try:

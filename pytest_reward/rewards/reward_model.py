@@ -25,13 +25,14 @@ code, never model weights.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from ..reward.models import EvaluateResult
@@ -45,11 +46,30 @@ POOLINGS = ("hf", "last_attended")
 DTYPES = ("float32", "bfloat16", "float16")
 
 
-def shipped_models() -> list[str]:
-    """Names of the shipped example models."""
+#: The Hugging Face architectures whose checkpoints score (a head of labels) rather than generate.
+_SCORING_HEADS = ("ForSequenceClassification", "ForTokenClassification")
+
+
+def shipped_models(kind: Literal["lm", "reward"] | None = None) -> list[str]:
+    """Names of the shipped example models; ``kind`` keeps the language models (``--reward-model``) or the reward
+    models (``reward_model(...)``), by the ``architectures`` their ``config.json`` declares."""
     if not SHIPPED_MODELS.is_dir():
         return []
-    return sorted(p.name for p in SHIPPED_MODELS.iterdir() if (p / "config.json").is_file())
+    names = []
+    for p in sorted(SHIPPED_MODELS.iterdir()):
+        config = p / "config.json"
+        if not config.is_file():
+            continue
+        if kind is not None:
+            try:
+                architectures = json.loads(config.read_text(encoding="utf-8")).get("architectures") or []
+            except (OSError, ValueError):
+                continue
+            scores = any(str(a).endswith(_SCORING_HEADS) for a in architectures)
+            if scores != (kind == "reward"):
+                continue
+        names.append(p.name)
+    return names
 
 
 def locate_model(name: str | Path) -> Path | None:
@@ -171,7 +191,7 @@ def reward_model(
     if located is None:
         raise ValueError(
             f"reward_model({str(model)!r}): not a model directory (no config.json) and not a shipped example model "
-            f"(available: {', '.join(shipped_models()) or 'none'})"
+            f"(available: {', '.join(shipped_models('reward')) or 'none'})"
         )
     if pooling not in POOLINGS:
         raise ValueError(f"reward_model({str(model)!r}): pooling must be one of {POOLINGS}, got {pooling!r}")

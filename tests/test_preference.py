@@ -478,3 +478,20 @@ def test_a_batch_mode_reward_scores_a_pairs_responses_in_one_batch(project, gran
     assert result.ret == 0, result.stdout.str()
     p = summary(project)["groups"][0]["summary"]["preference"]
     assert (p["n"], p["credit"]) == (5, 4.0)
+
+
+@pytest.mark.parametrize(
+    ("marker", "message"),
+    [
+        ("pair_accuracy=1.5", "pair_accuracy must be in [[]0, 1], got 1.5"),
+        ('subset_accuracy={"safety": 2}', "subset_accuracy[[]'safety'] must be in [[]0, 1], got 2"),
+        ('subset_accuracy="safety"', "subset_accuracy*"),
+        ('mean_margin="wide"', "mean_margin*"),
+    ],
+)
+def test_a_malformed_preference_gate_is_a_collection_error_naming_it(project, marker, message):
+    write(project, marker, [pair("0.9", "0.1", id="p")])
+    result = project.run("--reward-samples", "pairs.jsonl")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    assert "INTERNALERROR" not in result.stdout.str()
+    result.stdout.fnmatch_lines([f"@pytest.mark.reward on rewards.py::*: {message}"])

@@ -726,12 +726,14 @@ class InferenceJob:
         ``targets[i][t]`` is the token expected after ``inputs[i][:t+1]`` (negative = not scored). Returns per row
         (logp (n_i,) float32, greedy (n_i,) bool).
         """
-        rows, mine = self._share(
-            "a scoring call's rows", [(list(x), list(y)) for x, y in zip(inputs, targets, strict=True)], ()
-        )
-        if not rows:
+        mine = slice(0, len(inputs))
+        if self.hosts is not None:  # the rows as plain lists, exchanged (one process: read as they are)
+            rows, mine = self._share(
+                "a scoring call's rows", [(list(x), list(y)) for x, y in zip(inputs, targets, strict=True)], ()
+            )
+            inputs, targets = [x for x, _ in rows], [y for _, y in rows]
+        if not inputs:
             return []
-        inputs, targets = [x for x, _ in rows], [y for _, y in rows]
         T = _bucket(max(len(x) for x in inputs), 16, self.block_size)
         B = self._batch_rows(len(inputs), T)
 

@@ -174,3 +174,54 @@ def test_responses_sharing_a_prompt_match_transformers(reward_checkpoints, name,
     assert rm.stats.shared_tokens >= 2 * 32
     reference = hf_rule if pooling == "hf" else last_attended_rule
     np.testing.assert_allclose(got, reference(hf, rows, "right"), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_programs_compiled_without_ynnpack_fusions_match_transformers(reward_checkpoints, name):
+    """A program of at least ``YNN_OFF_POSITIONS`` token positions is compiled with other XLA options on the CPU
+    (module docstring of :data:`~pytest_reward.jax.reward_model.YNN_OFF_POSITIONS`): whole rows and shared
+    prompts, its scores are still transformers' (and those of the small programs)."""
+    from pytest_reward.jax.reward_model import YNN_OFF_POSITIONS, compiler_options
+
+    path, hf = reward_checkpoints[name]
+    rng = np.random.default_rng(5)
+    rows = [rng.integers(0, EOS, n).tolist() for n in rng.integers(50, 64, 64)]  # one bucket: T = 64
+    rows[3] += [EOS]
+    whole = RewardModel.from_checkpoint(path, min_shared_prefix=None)
+    got = whole.score_ids(rows, batch_size=64)
+    assert whole.stats.compile_keys == [(64, 64)] and compiler_options("cpu", (64, 64))  # the other options
+    np.testing.assert_allclose(got, hf_rule(hf, rows, "right"), atol=1e-4, rtol=0)
+    small = whole.score_ids(rows, batch_size=8)  # (8, 64): 512 positions, XLA's defaults
+    assert compiler_options("cpu", (8, 64)) == {} and YNN_OFF_POSITIONS > 8 * 64
+    np.testing.assert_allclose(got, small, atol=1e-5, rtol=0)
+
+    prompts = [rng.integers(0, EOS, 60).tolist() for _ in range(32)]
+    pairs = [p + rng.integers(0, EOS, k).tolist() for p in prompts for k in (40, 45)]  # 64 rows, 32 prompts
+    shared = RewardModel.from_checkpoint(path, min_shared_prefix=32)
+    got = shared.score_ids(pairs, batch_size=64)
+    (key,) = shared.stats.compile_keys
+    assert len(key) == 4 and compiler_options("cpu", key)
+    np.testing.assert_allclose(got, hf_rule(hf, pairs, "right"), atol=1e-4, rtol=0)
+
+
+def test_the_compiler_options_by_program_size_and_platform():
+    from pytest_reward.jax.reward_model import compiler_options, program_positions
+
+    off = {"xla_cpu_experimental_ynn_fusion_type": ""}
+    assert program_positions((16, 256)) == 4096 and program_positions((8, 128, 16, 128)) == 8 * 128 + 16 * 128
+    assert compiler_options("cpu", (16, 256)) == off and compiler_options("cpu", (8, 128, 16, 128)) == {}
+    assert compiler_options("cpu", (16, 255)) == {} and compiler_options("cpu", (16, 64, 64, 48)) == off
+    assert compiler_options("gpu", (64, 1024)) == {} and compiler_options("tpu", (64, 1024)) == {}
+
+
+def test_an_xla_without_the_option_compiles_its_default_program(reward_checkpoints, monkeypatch):
+    """The option is experimental: an XLA that refuses it still gives the program, compiled as by default."""
+    from pytest_reward.jax import reward_model
+
+    monkeypatch.setattr(reward_model, "_YNN_OFF", {"xla_cpu_no_such_option_for_the_test": "x"})
+    path, hf = reward_checkpoints["gpt2"]
+    rows = [list(range(1, 60))] * 64
+    rm = RewardModel.from_checkpoint(path, min_shared_prefix=None)
+    got = rm.score_ids(rows, batch_size=64)
+    assert rm.stats.compile_keys == [(64, 64)]
+    np.testing.assert_allclose(got, hf_rule(hf, rows[:1], "right").repeat(64), atol=1e-4, rtol=0)

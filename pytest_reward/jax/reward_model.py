@@ -46,7 +46,8 @@ and the midpoints between them, capped at ``max_length``). A bucket's rows run `
 default the power of two nearest below ``tokens_per_batch / T`` (at most ``max_batch_size``); a last, partial batch
 is padded to the next power of two. One executable per ``(B, T)`` is compiled ahead of time and kept, so repeated
 calls compile nothing (``rm.stats.compiles``). Batches are dispatched asynchronously, then collected. One device
-(``jax.devices()[0]`` unless ``device`` is given).
+(``jax.local_devices()[0]``, a device of this process, unless ``device`` is given: under ``jax.distributed``
+``jax.devices()[0]`` belongs to process 0).
 
 Shared prompts. The responses to one prompt (a chosen/rejected pair, a GRPO group) begin with the same tokens, and
 under causal attention those tokens' keys and values do not depend on what follows. Rows that share at least
@@ -232,7 +233,7 @@ class RewardModel:
         min_shared_prefix: rows sharing at least this many leading tokens run them once (module docstring);
             ``None`` runs every row whole.
         start_token: ``"auto"`` (the tokenizer's declared start token), an id, or ``None`` (texts read bare).
-        device: the jax device to run on (default ``jax.devices()[0]``).
+        device: the jax device to run on (default ``jax.local_devices()[0]``: a device of this process).
         source: where the model came from, for error messages.
     """
 
@@ -289,7 +290,7 @@ class RewardModel:
             raise RewardHeadError(f"{source}: {len(self.labels)} labels given for a head of {n_labels} rows")
         self.label = _choose_label(label, self.labels, (n_labels, D), "b" in params["score"], source)
         self.dtype = jnp.dtype(dtype)
-        self.device = device if device is not None else jax.devices()[0]
+        self.device = device if device is not None else jax.local_devices()[0]
         trunk = {k: v for k, v in params.items() if k not in ("score", "lm_head")}
         score = params["score"]
         head = {

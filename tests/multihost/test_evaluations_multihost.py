@@ -195,3 +195,13 @@ def test_an_exception_on_one_process_ends_it_at_once_and_fails_the_other(tmp_pat
     assert done[1].seconds < done[0].seconds  # it did not wait for process 0
     assert done[0].returncode == 1, done[0].stderr[-3000:]
     assert "HostsError: process 1 did not arrive within 10 s" in done[0].stderr
+
+
+def test_a_reward_model_runs_on_each_process_own_device(tmp_path):
+    """``RewardModel`` defaults to a device of the process that builds it (``jax.devices()[0]`` belongs to process
+    0 in a multi-host run): each process scores, with the scores of a process alone."""
+    together_and_alone("reward_model", tmp_path)
+    p0, p1, ref = load(tmp_path / "0.pkl"), load(tmp_path / "1.pkl"), load(tmp_path / "alone" / "alone.pkl")
+    assert p0["device"] != p1["device"]  # each its own
+    assert p0["scores"] == p1["scores"] == ref["scores"]
+    assert ref["scores"][0] > ref["scores"][3]  # 25+69=94 above 25+69=84

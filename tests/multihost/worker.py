@@ -7,7 +7,8 @@ Scenarios: ``same`` (every process evaluates the same data: four Evaluation kind
 ``uneven`` (process p evaluates its own shard; the shards differ in size), ``die`` (process 1 is killed by
 SIGKILL in the middle of an evaluation), ``die0`` (the same for process 0, the coordinator), ``stall`` (process 1
 sleeps in the middle of an evaluation: for SIGTERM), ``collectives`` (the failure modes of raw collectives),
-``die_in_gather`` (process 1 arrives at a gather and dies before entering it). The coordinator and process id come from the standard
+``die_in_gather`` (process 1 arrives at a gather and dies before entering it), ``reward_model`` (each
+process scores texts with the shipped reward model, on a device of its own). The coordinator and process id come from the standard
 ``JAX_*`` environment variables; without them the process runs alone.
 """
 
@@ -117,6 +118,19 @@ def main() -> None:
             print("process 1: arrived, now dying", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
         h.gather_rows("rows", np.arange(3))
+        return
+    if scenario == "reward_model":  # every process loads the shipped reward model on its own first device
+        from pytest_reward.jax import RewardModel
+        from pytest_reward.rewards.reward_model import locate_model
+
+        rm = RewardModel.from_checkpoint(locate_model("tiny-sum-rm"))
+        chats = [
+            [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
+            for q, a in (("25+69=", "94"), ("585+92=", "677"), ("6+4=", "10"), ("25+69=", "84"))
+        ]
+        result = {"device": str(rm.device), "scores": rm.score_conversations(chats).tolist()}
+        (out / f"{me if launch is not None else 'alone'}.pkl").write_bytes(pickle.dumps(result))
+        print(f"process {me}: finished", flush=True)
         return
     if scenario == "collectives":
         (out / f"{me}.pkl").write_bytes(pickle.dumps(collectives(job, hosts.current(), hosts.HostsError)))

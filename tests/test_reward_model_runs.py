@@ -208,3 +208,54 @@ def test_a_non_finite_score_is_an_invalid_result_naming_it(tmp_path):
     (result,) = reward_model(broken)(rollouts_messages=[msgs("1+2=", "3")])
     assert not result.is_score_valid and result.score == 0.0
     assert result.error == f"the reward model {broken} scored sample 0 of its chunk nan"
+
+
+HITS = """
+    from pytest_reward.jax import persistent_cache_hits
+
+    def pytest_sessionfinish(session):
+        print(f"\\npersistent cache hits: {persistent_cache_hits()}")
+"""
+
+
+def _entries(directory) -> int:
+    return sum(1 for p in directory.rglob("*") if p.is_file()) if directory.is_dir() else 0
+
+
+def test_a_reward_model_compiles_through_the_sessions_compilation_cache(project):
+    """The ini's ``reward_jax_cache_dir`` is the session's persistent XLA cache for reward models too, as for the
+    ``--reward-model`` job: the first run fills it, the next loads its programs from it."""
+    _project(project)
+    project.file("conftest.py", HITS)
+    cache = project.path / ".reward" / "jax-cache"
+    first = project.run_subprocess("--reward-samples", "s.jsonl", "-s")
+    assert first.ret == 1 and _entries(cache) > 0, first.stdout.str()
+    first.stdout.fnmatch_lines(["*persistent cache hits: 0*"])
+    filled = _entries(cache)
+    again = project.run_subprocess("--reward-samples", "s.jsonl", "-s")
+    assert again.ret == 1
+    hits = int(again.stdout.str().split("persistent cache hits: ")[1].split()[0])
+    assert hits >= 1 and _entries(cache) == filled  # loaded, nothing new compiled
+
+
+def test_scoring_workers_use_the_sessions_compilation_cache(project, scores):
+    """A ``process`` executor's worker loads the model itself: it is told the session's cache with the function."""
+    _project(project)
+    project.pytester.makeini("[pytest]\nreward_jax_cache_dir = worker-cache\n")
+    result = project.run_subprocess(
+        "--reward-samples", "s.jsonl", "--reward-executor", "process", "--reward-workers", "1",
+        "--reward-report", "out",
+    )  # fmt: skip
+    assert result.ret == 1, result.stdout.str()
+    rows = [json.loads(line) for line in (project.path / "out" / "results.jsonl").read_text().splitlines()]
+    np.testing.assert_allclose([r["score"] for r in rows], scores, atol=1e-4)
+    assert _entries(project.path / "worker-cache") > 0
+    assert not (project.path / ".reward" / "jax-cache").exists()
+
+
+def test_an_empty_cache_setting_compiles_without_a_cache(project):
+    _project(project)
+    project.pytester.makeini("[pytest]\nreward_jax_cache_dir =\n")
+    result = project.run_subprocess("--reward-samples", "s.jsonl")
+    assert result.ret == 1, result.stdout.str()
+    assert not (project.path / ".reward" / "jax-cache").exists()

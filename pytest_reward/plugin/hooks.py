@@ -12,6 +12,7 @@ import pytest
 from ..data.formats import is_samples_file
 from ..errors import UsageError
 from ..judge.gates import marker_doc
+from ..rewards.reward_model import configure_engine
 from . import options
 from .fixtures import inference_job  # noqa: F401  (a fixture: pytest finds it on the plugin module)
 from .multihost import MultihostHooks, launch_of
@@ -45,6 +46,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", marker_doc())
     settings = options.resolve(config)
     rs = RewardSession(config, settings)
+    # the reward models this process (or a scoring worker) loads compile through the session's cache too
+    configure_engine(compilation_cache_dir=settings.jax_cache_dir)
     rs.note_explicit(list(config.args))
     config.stash[session_key] = rs
     rs.setup_parts_dir()
@@ -341,6 +344,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     rs = _state(config)
     if rs is not None:
         rs.cleanup()
+        configure_engine(compilation_cache_dir=None)
     for name in ("pytest-reward-session", "pytest-reward-xdist", "pytest-reward-deploy", MultihostHooks.NAME):
         plugin = config.pluginmanager.get_plugin(name)
         if plugin is not None:

@@ -702,7 +702,8 @@ class Settings:
         "reward_jax_cache_dir",
         "path",
         ".reward/jax-cache",
-        "Persistent XLA compilation cache, relative to the rootdir (empty: off).",
+        "Persistent XLA compilation cache of the engine's programs (the --reward-model job's and reward_model(...)'s), "
+        "relative to the rootdir (empty: off).",
         relative_to="rootdir",
     )
     coordinator: str | None = option(

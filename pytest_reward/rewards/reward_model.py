@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import threading
 from collections.abc import Sequence
@@ -37,7 +38,15 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:
     from ..reward.models import EvaluateResult
 
-__all__ = ["ModelReward", "locate_model", "model_of", "reward_model", "shipped_models"]
+__all__ = [
+    "ModelReward",
+    "configure_engine",
+    "engine_settings",
+    "locate_model",
+    "model_of",
+    "reward_model",
+    "shipped_models",
+]
 
 SHIPPED_MODELS = Path(__file__).resolve().parents[1] / "jax" / "models"
 """The example models shipped inside the package (``tiny-adder``, ``tiny-sum-rm``)."""
@@ -108,18 +117,22 @@ class ModelReward:
         )
 
     def load(self) -> Any:
-        """The engine's ``RewardModel`` for this checkpoint, loaded once per process (:data:`_LOADED`)."""
+        """The engine's ``RewardModel`` for this checkpoint, loaded once per process (:data:`_LOADED`), its programs
+        compiled through the session's persistent compilation cache when it has one (:func:`configure_engine`)."""
         with _LOCK:
             loaded = _LOADED.get(self.key)
             if loaded is None:
                 try:
                     import jax.numpy as jnp
 
-                    from ..jax import RewardModel
+                    from ..jax import RewardModel, enable_compilation_cache
                 except ImportError as exc:
                     raise ImportError(
                         f"reward_model({self.model!r}) needs the jax extra: pip install 'pytest-reward[jax]' ({exc})"
                     ) from exc
+                cache = _ENGINE["compilation_cache_dir"]
+                if cache is not None:
+                    enable_compilation_cache(cache)
                 loaded = RewardModel.from_checkpoint(
                     self.path,
                     dtype=jnp.dtype(self.dtype),
@@ -133,6 +146,22 @@ class ModelReward:
 
 _LOCK = threading.Lock()
 _LOADED: dict[tuple[str, str, str, int | None, int | None], Any] = {}
+
+#: The session's engine settings for the reward models this process loads, as for its ``InferenceJob``: the
+#: persistent XLA compilation cache (ini ``reward_jax_cache_dir``), so a reward model's programs compiled in one run
+#: are loaded in the next. Set by the plugin at configure time (no jax import), handed to scoring workers with each
+#: function (:class:`pytest_reward.scoring.executors.worker.FunctionRef`).
+_ENGINE: dict[str, str | None] = {"compilation_cache_dir": None}
+
+
+def configure_engine(*, compilation_cache_dir: str | os.PathLike[str] | None) -> None:
+    """Set this process's engine settings for reward models (see :data:`_ENGINE`); ``None``: no cache."""
+    _ENGINE["compilation_cache_dir"] = None if compilation_cache_dir is None else os.fspath(compilation_cache_dir)
+
+
+def engine_settings() -> dict[str, str | None]:
+    """This process's engine settings for reward models (a copy)."""
+    return dict(_ENGINE)
 """The reward models this process has loaded, by :attr:`ModelReward.key`."""
 
 

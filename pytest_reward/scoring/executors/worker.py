@@ -27,6 +27,7 @@ from ...judge.wire import outcome_to_wire
 from ...project.functions import RewardFn
 from ...project.loading import import_reward_module
 from ...reward.spec import is_reward_function
+from ...rewards.reward_model import configure_engine, engine_settings
 from ..invoker import Invoker
 
 if TYPE_CHECKING:
@@ -102,6 +103,9 @@ class FunctionRef:
     style: str | None = None
     """A trainer-native function's style (``--reward-fn verl:...``, or read from its parameters): the worker
     imports the function as written and wraps it as the controller did (:func:`pytest_reward.trainers.styles.native_reward`)."""
+    jax_cache_dir: str | None = None
+    """The session's persistent compilation cache, for a reward model the worker loads
+    (:func:`pytest_reward.rewards.reward_model.configure_engine`)."""
 
     @classmethod
     def of(cls, invoker: Invoker, rootdir: Path, *, batch_size: int, executor: str) -> FunctionRef:
@@ -131,6 +135,7 @@ class FunctionRef:
             batch_size=batch_size,
             sys_path=where.sys_path,
             style=getattr(fn.obj, "__reward_style__", None),
+            jax_cache_dir=engine_settings()["compilation_cache_dir"],
         )
 
     @property
@@ -221,6 +226,9 @@ def load(ref: FunctionRef) -> Invoker:
     invoker = _LOADED.get(ref)
     if invoker is None:
         from ...reward.decorator import get_spec
+
+        if ref.jax_cache_dir is not None:
+            configure_engine(compilation_cache_dir=ref.jax_cache_dir)
 
         try:
             obj = _import(ref)

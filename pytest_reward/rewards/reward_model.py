@@ -146,6 +146,7 @@ class ModelReward:
 
 _LOCK = threading.Lock()
 _LOADED: dict[tuple[str, str, str, int | None, int | None], Any] = {}
+"""The reward models this process has loaded, by :attr:`ModelReward.key`."""
 
 #: The session's engine settings for the reward models this process loads, as for its ``InferenceJob``: the
 #: persistent XLA compilation cache (ini ``reward_jax_cache_dir``), so a reward model's programs compiled in one run
@@ -162,7 +163,6 @@ def configure_engine(*, compilation_cache_dir: str | os.PathLike[str] | None) ->
 def engine_settings() -> dict[str, str | None]:
     """This process's engine settings for reward models (a copy)."""
     return dict(_ENGINE)
-"""The reward models this process has loaded, by :attr:`ModelReward.key`."""
 
 
 def _name_of(model: str | Path) -> str:

@@ -114,7 +114,8 @@ class Executor:
 #: Entries the in-process loop reads before it scores them: a block of lines decoded back to back, then a block of
 #: calls back to back, keeps each one's code and data warm in the CPU's caches (measured on 100,000 preference
 #: pairs with ``math_reward``: the file item's call phase 5.2 s read one at a time, 4.6 s in blocks of 64; larger
-#: blocks outlive the young garbage collections and cost more again). Memory stays flat: 64 samples at a time.
+#: blocks outlive the young garbage collections and cost more again). Memory stays flat: 64 samples at a time (the
+#: other executors hold segments of up to 4096).
 READ_BLOCK = 64
 
 

@@ -87,6 +87,22 @@ def best(fn: Callable[[], object], reps: int) -> float:
     return min(times)
 
 
+def matmul_rates(reps: int, n: int = 2048) -> tuple[float, float]:
+    """GFLOP/s of one float32 ``n``^3 matmul, best of ``reps``: numpy's, and a jitted ``jnp.matmul``'s (warmed up)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    a = np.random.default_rng(0).random((n, n), dtype=np.float32)
+    b = np.random.default_rng(1).random((n, n), dtype=np.float32)
+    np_gf = 2 * n**3 / best(lambda: a @ b, reps) / 1e9
+    mm = jax.jit(jnp.matmul)
+    ja, jb = jnp.asarray(a), jnp.asarray(b)
+    mm(ja, jb).block_until_ready()
+    jx_gf = 2 * n**3 / best(lambda: mm(ja, jb).block_until_ready(), reps) / 1e9
+    return np_gf, jx_gf
+
+
 def best_interleaved(fns: dict[str, Callable[[], object]], reps: int) -> dict[str, float]:
     """Best-of-``reps`` seconds of each function, timed in alternation so that a burst of load from other
     processes on a shared machine hits every contender alike."""

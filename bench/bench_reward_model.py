@@ -54,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import jax
 import jax.numpy as jnp
-from _common import Section, best, machine
+from _common import Section, best, machine, matmul_rates
 from bench_gpu import measured_bandwidth, nominal_bandwidth
 
 from pytest_reward.jax import ModelConfig, RewardModel
@@ -135,13 +135,7 @@ def hf_forward(hf, ids: list[list[int]], device: str, dtype) -> Callable[[], obj
 
 
 def matmul_peak(reps: int, n: int = 2048) -> float:
-    a = np.random.default_rng(0).random((n, n), dtype=np.float32)
-    b = np.random.default_rng(1).random((n, n), dtype=np.float32)
-    np_gf = 2 * n**3 / best(lambda: a @ b, reps) / 1e9
-    mm = jax.jit(jnp.matmul)
-    ja, jb = jnp.asarray(a), jnp.asarray(b)
-    mm(ja, jb).block_until_ready()
-    jx_gf = 2 * n**3 / best(lambda: mm(ja, jb).block_until_ready(), reps) / 1e9
+    np_gf, jx_gf = matmul_rates(reps, n)
     say(f"- float32 matmul {n}^3: numpy {np_gf:.0f} GFLOP/s, jax {jx_gf:.0f} GFLOP/s (load {load()})")
     return max(np_gf, jx_gf)
 

@@ -46,7 +46,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from _common import best, best_interleaved, cpu_model, hf_generate_fn, write_section
+from _common import best, best_interleaved, cpu_model, hf_generate_fn, matmul_rates, write_section
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -90,14 +90,7 @@ def wait_for_quiet(max_minutes: float, threshold: float = 1.0) -> None:
 
 
 def matmul_peak(reps: int) -> float:
-    n = 2048
-    a = np.random.default_rng(0).random((n, n), dtype=np.float32)
-    b = np.random.default_rng(1).random((n, n), dtype=np.float32)
-    np_gf = 2 * n**3 / best(lambda: a @ b, reps) / 1e9
-    mm = jax.jit(jnp.matmul)
-    ja, jb = jnp.asarray(a), jnp.asarray(b)
-    mm(ja, jb).block_until_ready()
-    jx_gf = 2 * n**3 / best(lambda: mm(ja, jb).block_until_ready(), reps) / 1e9
+    np_gf, jx_gf = matmul_rates(reps)
     say(
         f"- float32 matmul 2048^3: numpy {np_gf:.0f} GFLOP/s, jax {jx_gf:.0f} GFLOP/s -> peak {max(np_gf, jx_gf):.0f}"
         f" (load {load()})"

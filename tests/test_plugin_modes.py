@@ -261,3 +261,17 @@ def test_the_jax_compilation_cache_is_where_the_ini_says_and_off_when_empty(proj
         result.stdout.fnmatch_lines(["*CACHE DIR None*"])
     else:
         result.stdout.fnmatch_lines([f"*CACHE DIR {project.path / cache}*"])
+
+
+def test_a_jax_cache_directory_that_cannot_be_made_fails_the_model_naming_the_option(project):
+    project.pytester.makeini("[pytest]\nreward_jax_cache_dir = blocker/cache\n")
+    project.file("blocker", "a file where the cache's parent directory should be")
+    project.file("test_model.py", "def test_roll_out(inference_job):\n    pass\n")
+    from pytest_reward.jax import resolve_model
+
+    shutil.copytree(resolve_model("tiny-adder"), project.path / "model")
+    result = project.run_subprocess("--reward-model", "model")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        ["*--reward-model model: OSError: reward_jax_cache_dir: cannot use */blocker/cache as XLA's compilation cache*"]
+    )

@@ -259,3 +259,22 @@ def test_an_empty_cache_setting_compiles_without_a_cache(project):
     result = project.run_subprocess("--reward-samples", "s.jsonl")
     assert result.ret == 1, result.stdout.str()
     assert not (project.path / ".reward" / "jax-cache").exists()
+
+
+def test_a_cache_directory_that_cannot_be_made_is_an_error_naming_the_option(project, scores):
+    _project(project)
+    project.file("blocker", "a file where the cache's parent directory should be")
+    project.pytester.makeini("[pytest]\nreward_jax_cache_dir = blocker/cache\n")
+    result = project.run_subprocess("--reward-samples", "s.jsonl")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(
+        [
+            "*reward_jax_cache_dir: cannot use */blocker/cache as XLA's compilation cache (Not a directory); set the "
+            "ini option to a directory that can be written, or leave it empty to compile without a cache*"
+        ]
+    )
+    project.pytester.makeini("[pytest]\nreward_jax_cache_dir =\n")  # the suggestion, taken
+    result = project.run_subprocess("--reward-samples", "s.jsonl")
+    assert "reward_jax_cache_dir" not in result.stdout.str()
+    expected = _verdicts(scores)
+    result.assert_outcomes(passed=expected.count("pass"), failed=expected.count("fail"))

@@ -13,7 +13,7 @@ import pytest
 
 from ..atomic import TEXT_ERRORS
 from ..data.formats import DatasetError, directory_files, is_samples_file
-from ..rewards.reward_model import locate_model, shipped_models
+from ..rewards.reward_model import locate_model, shipped_models, use_compilation_cache
 from .options import Settings
 
 if TYPE_CHECKING:
@@ -227,12 +227,9 @@ class RewardSession:
 
             path = resolve_model(located)
             tokenizer: Any = load_tokenizer(settings.tokenizer) if settings.tokenizer else "auto"
-            cache = settings.jax_cache_dir
+            use_compilation_cache(settings.jax_cache_dir)
             job = InferenceJob.from_checkpoint(
-                path,
-                tokenizer=tokenizer,
-                per_device_batch_size=settings.max_batch,
-                compilation_cache_dir=cache,
+                path, tokenizer=tokenizer, per_device_batch_size=settings.max_batch
             )
         except ImportError as exc:
             pytest.fail(

@@ -46,6 +46,7 @@ __all__ = [
     "model_of",
     "reward_model",
     "shipped_models",
+    "use_compilation_cache",
 ]
 
 SHIPPED_MODELS = Path(__file__).resolve().parents[1] / "jax" / "models"
@@ -125,14 +126,12 @@ class ModelReward:
                 try:
                     import jax.numpy as jnp
 
-                    from ..jax import RewardModel, enable_compilation_cache
+                    from ..jax import RewardModel
                 except ImportError as exc:
                     raise ImportError(
                         f"reward_model({self.model!r}) needs the jax extra: pip install 'pytest-reward[jax]' ({exc})"
                     ) from exc
-                cache = _ENGINE["compilation_cache_dir"]
-                if cache is not None:
-                    enable_compilation_cache(cache)
+                use_compilation_cache(_ENGINE["compilation_cache_dir"])
                 loaded = RewardModel.from_checkpoint(
                     self.path,
                     dtype=jnp.dtype(self.dtype),
@@ -158,6 +157,23 @@ _ENGINE: dict[str, str | None] = {"compilation_cache_dir": None}
 def configure_engine(*, compilation_cache_dir: str | os.PathLike[str] | None) -> None:
     """Set this process's engine settings for reward models (see :data:`_ENGINE`); ``None``: no cache."""
     _ENGINE["compilation_cache_dir"] = None if compilation_cache_dir is None else os.fspath(compilation_cache_dir)
+
+
+def use_compilation_cache(directory: str | os.PathLike[str] | None) -> None:
+    """Turn on jax's persistent compilation cache in ``directory`` (the ini ``reward_jax_cache_dir``; None: leave it
+    as it is). A directory that cannot be made is an ``OSError`` naming the option and how to change it."""
+    if directory is None:
+        return
+    from ..jax import enable_compilation_cache
+
+    try:
+        enable_compilation_cache(directory)
+    except OSError as exc:
+        raise OSError(
+            f"reward_jax_cache_dir: cannot use {os.fspath(directory)} as XLA's compilation cache "
+            f"({exc.strerror or exc}); set the ini option to a directory that can be written, or leave it empty "
+            "to compile without a cache"
+        ) from None
 
 
 def engine_settings() -> dict[str, str | None]:

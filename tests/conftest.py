@@ -21,8 +21,17 @@ except ImportError:  # pragma: no cover - the jax extra is part of the dev insta
 REPO = Path(__file__).resolve().parents[1]
 # In-process runs re-import nothing: when the outer pytest was started as ``.venv/bin/pytest`` (no cwd on
 # sys.path) the plugin was imported before the inner session could mark it for assertion rewriting, and the inner
-# session says so in a warning that would shift every summary line the tests match.
-IN_PROCESS = ("-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning")
+# session says so in a warning that would shift every summary line the tests match. No persistent XLA cache: jax's
+# cache is process-wide, and one a model run turned on would follow this worker's later tests (the cache's own tests
+# run in subprocesses).
+IN_PROCESS = (
+    "-p",
+    "no:cacheprovider",
+    "-W",
+    "ignore::pytest.PytestAssertRewriteWarning",
+    "-o",
+    "reward_jax_cache_dir=",
+)
 EXAMPLES = REPO / "examples"
 
 
